@@ -1,0 +1,5 @@
+import sys
+
+from joulesched.cli import main
+
+sys.exit(main())

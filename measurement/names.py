@@ -1,0 +1,145 @@
+"""The names of every metric the agent exports and the extender queries: defined once, here.
+
+The agent's exporter registers these names; the extender's ``prometheus`` profile source
+queries them; ``docs/metrics.md`` is generated from :data:`METRICS`. Importing this module
+imports nothing else of the agent.
+
+Conventions (Prometheus naming): counters end in ``_total`` with the unit before it
+(``_joules_total``); gauges carry their unit (``_watts``, ``_seconds``, ``_ratio``); source,
+zone and domain are labels, never parts of a name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "joulesched"
+
+# Label names (one spelling everywhere).
+L_NODE = "node"
+L_SOURCE = "source"  # rapl_sysfs, rapl_msr, ipmi_dcmi, ipmi_sdr, redfish, nvml
+L_ZONE = "zone"  # package-0, dram-0, core-0, psys, gpu-0, chassis, ...
+L_DOMAIN = "domain"  # cpu, dram, gpu, platform, idle
+L_BASIS = "basis"  # which sources a node total stands on, e.g. "ipmi_dcmi+nvml"
+L_NAMESPACE = "namespace"
+L_POD = "pod"
+L_IDLE_POLICY = "idle_policy"  # requests | bucket
+L_SITE = "site"
+L_SERVER_ID = "server_id"
+L_DEVICE = "device"  # cpu | gpu
+L_KIND = "kind"  # anomaly kind: negative, implausible, wrap
+L_VERB = "verb"  # extender verb
+L_REASON = "reason"
+L_OWNER_KIND = "owner_kind"
+L_OWNER = "owner"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    type: str  # counter | gauge | histogram | info
+    help: str
+    labels: tuple[str, ...]
+
+
+def _m(name: str, type_: str, help_: str, *labels: str) -> Metric:
+    return Metric(f"{PREFIX}_{name}", type_, help_, labels)
+
+
+# --- agent: energy and power ----------------------------------------------------------------
+NODE_ENERGY = _m(
+    "node_energy_joules_total",
+    "counter",
+    "Energy measured by one source and zone of the node, wrap-corrected, since the agent started.",
+    L_NODE,
+    L_SOURCE,
+    L_ZONE,
+)
+NODE_POWER = _m("node_power_watts", "gauge", "Power of one source and zone over the last sample interval.", L_NODE, L_SOURCE, L_ZONE)
+NODE_PLATFORM_ENERGY = _m(
+    "node_platform_energy_joules_total",
+    "counter",
+    "Whole-node energy from the most complete sources present (basis names them).",
+    L_NODE,
+    L_BASIS,
+)
+NODE_PLATFORM_POWER = _m("node_platform_power_watts", "gauge", "Whole-node power over the last sample interval.", L_NODE, L_BASIS)
+NODE_DOMAIN_ENERGY = _m(
+    "node_domain_energy_joules_total", "counter", "Node energy split by domain (cpu, dram, gpu, other).", L_NODE, L_DOMAIN
+)
+POD_ENERGY = _m(
+    "pod_energy_joules_total",
+    "counter",
+    "Energy attributed to a pod, by domain; idle_policy says how idle power was shared.",
+    L_NODE,
+    L_NAMESPACE,
+    L_POD,
+    L_DOMAIN,
+    L_IDLE_POLICY,
+)
+IDLE_ENERGY = _m(
+    "node_unattributed_energy_joules_total",
+    "counter",
+    "Node energy attributed to no pod (idle bucket and system processes), by domain.",
+    L_NODE,
+    L_DOMAIN,
+    L_IDLE_POLICY,
+)
+OWNER_CPU_CORES = _m(
+    "owner_cpu_cores",
+    "gauge",
+    "Observed mean CPU cores per pod of an owner (Deployment, Job, workflow process).",
+    L_NAMESPACE,
+    L_OWNER_KIND,
+    L_OWNER,
+)
+
+# --- agent: the node's profile (what the extender's policy consumes) -------------------------
+NODE_CPU_CORES = _m("node_cpu_cores", "gauge", "Logical CPUs of the node.", L_NODE)
+NODE_CPU_UTILISATION = _m("node_cpu_utilisation_ratio", "gauge", "CPU utilisation of the node over the last interval, 0..1.", L_NODE)
+MODEL_IDLE = _m("node_power_model_idle_watts", "gauge", "Fitted idle power P(0) of the node's power model.", L_NODE, L_DEVICE)
+MODEL_PER_CORE = _m(
+    "node_power_model_watts_per_core", "gauge", "Fitted watts per fully busy core (CPU) or per busy GPU.", L_NODE, L_DEVICE
+)
+MODEL_R2 = _m("node_power_model_r2_ratio", "gauge", "Coefficient of determination of the power model fit.", L_NODE, L_DEVICE)
+MODEL_SAMPLES = _m("node_power_model_samples", "gauge", "Samples in the power model's fitting window.", L_NODE, L_DEVICE)
+NODE_SPEED = _m("node_relative_speed_ratio", "gauge", "Relative throughput per core of the node (reference 1).", L_NODE)
+NODE_POWER_CAP = _m("node_power_cap_watts", "gauge", "Power cap of the node.", L_NODE)
+NODE_GPU_COUNT = _m("node_gpu_count", "gauge", "GPUs of the node.", L_NODE)
+NODE_GPU_MAX = _m("node_gpu_max_watts", "gauge", "Power limit per GPU of the node.", L_NODE)
+NODE_GPU_UTILISATION = _m("node_gpu_utilisation_ratio", "gauge", "Mean GPU utilisation of the node, 0..1.", L_NODE)
+NODE_INFO = _m("node_info", "gauge", "Constant 1; labels name the node's site and physical server.", L_NODE, L_SITE, L_SERVER_ID)
+
+# --- site factors ------------------------------------------------------------------------------
+SITE_PUE = _m("site_pue_ratio", "gauge", "Power usage effectiveness of the site.", L_SITE)
+SITE_CARBON = _m("site_grid_carbon_intensity_grams_per_kwh", "gauge", "Grid carbon intensity at the site now, gCO2e/kWh.", L_SITE)
+SITE_WUE = _m("site_wue_litres_per_kwh", "gauge", "Water usage effectiveness of the site, litres per kWh.", L_SITE)
+SITE_RENEWABLE = _m("site_renewable_share_ratio", "gauge", "Renewable share of the site's electricity, 0..1.", L_SITE)
+
+# --- agent: health -----------------------------------------------------------------------------
+SOURCE_UP = _m("source_up", "gauge", "1 when the last read of the source succeeded.", L_SOURCE)
+SOURCE_READ_SECONDS = _m("source_read_duration_seconds", "histogram", "Time to read one source.", L_SOURCE)
+ANOMALIES = _m(
+    "energy_anomalies_total", "counter", "Energy deltas dropped as implausible, by kind.", L_SOURCE, L_ZONE, L_KIND
+)
+SOURCE_RATIO = _m(
+    "source_agreement_ratio", "gauge", "Ratio of two sources measuring the same thing (e.g. rapl/ipmi).", L_NODE, "pair"
+)
+
+# --- extender ----------------------------------------------------------------------------------
+EXT_REQUESTS = _m("extender_requests_total", "counter", "Extender requests by verb and HTTP status code.", L_VERB, "code")
+EXT_LATENCY = _m("extender_request_duration_seconds", "histogram", "Extender request latency by verb.", L_VERB)
+EXT_FAILURES = _m(
+    "extender_failures_total", "counter", "Requests answered with an error (bad input or internal), by verb and reason.", L_VERB, L_REASON
+)
+EXT_NODE_SCORE = _m("extender_node_score", "gauge", "Last score given to the node (0..10).", L_NODE)
+EXT_MARGINAL_WATTS = _m("extender_node_marginal_watts", "gauge", "Last estimated marginal watts of a pod on the node.", L_NODE)
+EXT_DATA_AGE = _m("extender_profile_age_seconds", "gauge", "Age of the node profiles used for scoring.")
+EXT_NEUTRAL = _m(
+    "extender_neutral_scores_total", "counter", "Nodes given the neutral score, by why (unknown, stale).", L_REASON
+)
+EXT_SOURCE_ERRORS = _m("extender_profile_source_errors_total", "counter", "Failed refreshes of the profile source.", L_SOURCE)
+EXT_PREDICTED_PODS = _m("extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured).")
+EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by filter, by reason.", L_REASON)
+
+METRICS: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))

@@ -1,0 +1,85 @@
+"""The one seam between hardware and the rest of the agent.
+
+A :class:`Source` is a name and a list of zones; a :class:`Zone` reads either an energy
+counter (joules, possibly wrapping at ``max_joules``) or an instantaneous power (watts). Raw
+hardware units (µJ, mW, MSR energy units) stay inside the source: every :class:`Reading`
+crossing this boundary is an SI float with the time it was taken.
+
+Capabilities are declared (``kind``, ``max_joules``, ``domain``), not discovered by exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+ReadingKind = Literal["counter", "power"]
+
+# What a zone measures. ``platform`` is a whole-server reading (IPMI, Redfish, RAPL psys).
+DOMAINS = ("package", "core", "uncore", "dram", "psys", "platform", "gpu")
+
+
+@dataclass(frozen=True)
+class Reading:
+    value: float  # joules (counter) or watts (power)
+    timestamp: float  # seconds, from the clock the sampler passed in, or the device's own
+
+
+@runtime_checkable
+class Zone(Protocol):
+    @property
+    def name(self) -> str:  # unique within its source, e.g. "package-0", "dram-0", "gpu-1"
+        ...
+
+    @property
+    def domain(self) -> str:  # one of DOMAINS
+        ...
+
+    @property
+    def kind(self) -> ReadingKind: ...
+
+    @property
+    def max_joules(self) -> float | None:  # wrap range of a counter; None if it never wraps
+        ...
+
+    @property
+    def parent(self) -> str | None:  # name of the zone this one is part of (never add both)
+        ...
+
+    def read(self) -> Reading:
+        """One reading; raises SourceFailed with a message that names the path and the fix."""
+        ...
+
+
+@runtime_checkable
+class Source(Protocol):
+    @property
+    def name(self) -> str:  # e.g. "rapl_sysfs"
+        ...
+
+    def zones(self) -> Sequence[Zone]:
+        """The zones present now (re-listed periodically: zones can be hot-plugged)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Roots:
+    """Where the host's trees are: real paths on a node, replica trees in tests, or a host's
+    trees mounted elsewhere in a container."""
+
+    sysfs: str = "/sys"
+    procfs: str = "/proc"
+    cgroup: str = "/sys/fs/cgroup"
+    dev: str = "/dev"
+
+
+class SourceFactory(Protocol):
+    """Every source module exposes ``open_source(options, roots) -> Source``.
+
+    ``options`` is the source's own mapping from the agent config (already a dict, maybe
+    empty). It raises SourceAbsent when the hardware is not there and SourceFailed when it is
+    there but unusable (with a message naming the fix).
+    """
+
+    def __call__(self, options: dict[str, object], roots: Roots) -> Source: ...

@@ -1,0 +1,164 @@
+"""A pod's demand: what it asks of a node, read from a Kubernetes ``v1.Pod`` document.
+
+The effective request follows kube-scheduler's own rule (``resource.PodRequests``): the sum
+over app containers, raised to the largest init container where that is bigger (restartable
+"sidecar" init containers add to both), plus ``spec.overhead``. A pod that requests no CPU is
+scored as kube-scheduler scores it, with the default non-zero request of 100 millicores
+(``DefaultMilliCPURequest``), so that best-effort pods still have a marginal cost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from policy.errors import PolicyError
+
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_MILLI_CPU_REQUEST = 100  # k8s.io/kubernetes/pkg/scheduler/util: DefaultMilliCPURequest
+RUNTIME_ANNOTATION = "joulesched.io/expected-runtime-seconds"
+
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+class QuantityError(PolicyError):
+    """A resource quantity is not in Kubernetes' quantity syntax."""
+
+
+def parse_quantity(value: Any, where: str) -> float:
+    """Parse a Kubernetes resource quantity (``"500m"``, ``"2"``, ``"1Gi"``, ``"1e3"``, 4)."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{where}: must be a quantity, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise QuantityError(f"{where}: must not be negative, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise QuantityError(f"{where}: must be a quantity string, got {type(value).__name__}")
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise QuantityError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
+    number, suffix = match.groups()
+    try:
+        result = Decimal(number) * _SUFFIX[suffix or ""]
+    except InvalidOperation as err:  # pragma: no cover - the regex admits only valid decimals
+        raise QuantityError(f"{where}: {value!r} is not a number") from err
+    if result < 0:
+        raise QuantityError(f"{where}: must not be negative, got {value!r}")
+    return float(result)
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """What one pod adds to a node: CPU cores, bytes of memory, whole GPUs, expected runtime."""
+
+    cpu_cores: float
+    memory_bytes: float = 0.0
+    gpus: int = 0
+    runtime_seconds: float | None = None  # from the pod's annotation; None: reference runtime
+    basis: str = "requests"  # requests | default | observed
+
+    def with_observed_cpu(self, cores: float) -> PodDemand:
+        """The same demand with the CPU observed for the pod's owner instead of its request."""
+        return PodDemand(cores, self.memory_bytes, self.gpus, self.runtime_seconds, "observed")
+
+
+def _container_requests(container: Any, where: str) -> tuple[float, float, float]:
+    if not isinstance(container, Mapping):
+        raise PolicyError(f"{where}: must be an object")
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise PolicyError(f"{where}.resources: must be an object")
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+        raise PolicyError(f"{where}.resources: requests and limits must be objects")
+
+    def get(name: str) -> float:
+        # kube-apiserver defaults a missing request to the limit; do the same for pods that
+        # reach us without defaulting (e.g. in tests and the simulator).
+        if name in requests:
+            return parse_quantity(requests[name], f"{where}.resources.requests[{name}]")
+        if name in limits:
+            return parse_quantity(limits[name], f"{where}.resources.limits[{name}]")
+        return 0.0
+
+    return get("cpu"), get("memory"), get(GPU_RESOURCE)
+
+
+def demand_from_pod(pod: Mapping[str, Any]) -> PodDemand:
+    """Read a pod's demand from a ``v1.Pod`` document; ``PolicyError`` names a bad field."""
+    spec = pod.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        raise PolicyError("Pod.spec: must be an object")
+    containers = spec.get("containers") or []
+    inits = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(inits, list):
+        raise PolicyError("Pod.spec.containers and Pod.spec.initContainers must be lists")
+    cpu = mem = gpu = 0.0
+    for i, c in enumerate(containers):
+        c_cpu, c_mem, c_gpu = _container_requests(c, f"Pod.spec.containers[{i}]")
+        cpu, mem, gpu = cpu + c_cpu, mem + c_mem, gpu + c_gpu
+    # Init containers run one after another: the pod needs the largest of them, unless the
+    # app containers need more. Restartable (sidecar) init containers keep running.
+    side_cpu = side_mem = side_gpu = 0.0
+    init_cpu = init_mem = init_gpu = 0.0
+    for i, c in enumerate(inits):
+        c_cpu, c_mem, c_gpu = _container_requests(c, f"Pod.spec.initContainers[{i}]")
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            side_cpu, side_mem, side_gpu = side_cpu + c_cpu, side_mem + c_mem, side_gpu + c_gpu
+            init_cpu, init_mem, init_gpu = max(init_cpu, side_cpu), max(init_mem, side_mem), max(init_gpu, side_gpu)
+        else:
+            init_cpu = max(init_cpu, side_cpu + c_cpu)
+            init_mem = max(init_mem, side_mem + c_mem)
+            init_gpu = max(init_gpu, side_gpu + c_gpu)
+    cpu, mem, gpu = max(cpu + side_cpu, init_cpu), max(mem + side_mem, init_mem), max(gpu + side_gpu, init_gpu)
+    overhead = spec.get("overhead") or {}
+    if not isinstance(overhead, Mapping):
+        raise PolicyError("Pod.spec.overhead: must be an object")
+    if "cpu" in overhead:
+        cpu += parse_quantity(overhead["cpu"], "Pod.spec.overhead[cpu]")
+    if "memory" in overhead:
+        mem += parse_quantity(overhead["memory"], "Pod.spec.overhead[memory]")
+    basis = "requests"
+    if cpu == 0.0:
+        cpu, basis = DEFAULT_MILLI_CPU_REQUEST / 1000.0, "default"
+    return PodDemand(cpu, mem, int(round(gpu)), _runtime(pod), basis)
+
+
+def _runtime(pod: Mapping[str, Any]) -> float | None:
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping) or RUNTIME_ANNOTATION not in annotations:
+        return None
+    raw = annotations[RUNTIME_ANNOTATION]
+    try:
+        seconds = float(raw)
+    except (TypeError, ValueError) as err:
+        raise PolicyError(f"Pod annotation {RUNTIME_ANNOTATION}: must be a number of seconds, got {raw!r}") from err
+    if not seconds > 0 or seconds == float("inf"):
+        raise PolicyError(f"Pod annotation {RUNTIME_ANNOTATION}: must be a positive number of seconds, got {raw!r}")
+    return seconds

@@ -1,0 +1,351 @@
+"""Node profiles: what the policy knows about each node, and the document that carries them.
+
+One document shape serves three readers: the extender's ``file`` source, the measurement
+agent's ``GET /v1/profile`` and the simulator's cluster. A document is a mapping::
+
+    sites:                         # optional; nodes refer to a site by name
+      dc-north: {pue: 1.10, carbon_intensity: 55}
+    nodes:
+      - name: node-a               # the Kubernetes node name
+        site: dc-north
+        cores: 64                  # logical CPUs the power curve spans
+        power_curve_watts: [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
+        # ... or a linear model instead of a curve:
+        # idle_watts: 56.8
+        # watts_per_core: 3.3      # watts per fully busy core
+        speed: 1.0                 # relative throughput per core (reference = 1)
+        utilisation: 0.25          # measured CPU utilisation 0..1 (default 0)
+        measured_watts: 140        # measured wall power now (optional)
+        power_cap_watts: 300       # hard cap (optional)
+        updated: 1764400000.0      # unix time of the measurement (absent: a static profile)
+        gpus: {count: 8, idle_watts: 60, max_watts: 700, speed: 1.0, utilisation: 0.0}
+
+The power curve has 11 points: watts at 0 %, 10 %, … 100 % CPU load, as SPECpower results
+publish them. A linear model ``idle + watts_per_core × busy cores`` is turned into the same
+11 points, so the maths has one mechanism. Site values (PUE, grid carbon intensity) may be
+overridden per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from policy.validate import Checker
+
+CURVE_POINTS = 11  # 0 %, 10 %, ..., 100 %
+
+NODE_FIELDS = (
+    "name",
+    "site",
+    "cores",
+    "memory_bytes",
+    "power_curve_watts",
+    "idle_watts",
+    "watts_per_core",
+    "speed",
+    "utilisation",
+    "measured_watts",
+    "power_cap_watts",
+    "updated",
+    "gpus",
+    "pue",
+    "carbon_intensity",
+    "sources",
+    "server_id",
+)
+GPU_FIELDS = ("count", "idle_watts", "max_watts", "speed", "utilisation", "model")
+SITE_FIELDS = ("pue", "carbon_intensity", "wue", "renewable_share")
+
+DEFAULT_PUE = 1.0
+DEFAULT_CARBON_INTENSITY = 0.0  # gCO2e/kWh; a node without a site has no carbon signal
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    count: int
+    idle_watts: float  # per GPU
+    max_watts: float  # per GPU, at full load (board power)
+    speed: float = 1.0  # relative throughput per GPU
+    utilisation: float = 0.0  # mean utilisation of the node's GPUs, 0..1
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    pue: float = DEFAULT_PUE
+    carbon_intensity: float = DEFAULT_CARBON_INTENSITY  # gCO2e per kWh
+    wue: float = 0.0  # litres per kWh
+    renewable_share: float = 0.0  # 0..1
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    name: str
+    cores: float
+    power_curve_watts: tuple[float, ...]  # CURVE_POINTS values
+    site: str = ""
+    memory_bytes: float = 0.0
+    speed: float = 1.0
+    utilisation: float = 0.0
+    measured_watts: float | None = None
+    power_cap_watts: float | None = None
+    updated: float | None = None
+    gpus: GpuProfile | None = None
+    pue: float = DEFAULT_PUE
+    carbon_intensity: float = DEFAULT_CARBON_INTENSITY
+    sources: tuple[str, ...] = ()
+    server_id: str = ""
+
+    @property
+    def idle_watts(self) -> float:
+        return self.power_curve_watts[0]
+
+    def to_document(self) -> dict[str, Any]:
+        """The profile as one entry of a profile document (the inverse of parsing)."""
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "cores": self.cores,
+            "power_curve_watts": list(self.power_curve_watts),
+            "speed": self.speed,
+            "utilisation": self.utilisation,
+            "pue": self.pue,
+            "carbon_intensity": self.carbon_intensity,
+        }
+        optional: dict[str, Any] = {
+            "site": self.site or None,
+            "memory_bytes": self.memory_bytes or None,
+            "measured_watts": self.measured_watts,
+            "power_cap_watts": self.power_cap_watts,
+            "updated": self.updated,
+            "sources": list(self.sources) or None,
+            "server_id": self.server_id or None,
+        }
+        doc.update({k: v for k, v in optional.items() if v is not None})
+        if self.gpus is not None:
+            g = self.gpus
+            doc["gpus"] = {
+                "count": g.count,
+                "idle_watts": g.idle_watts,
+                "max_watts": g.max_watts,
+                "speed": g.speed,
+                "utilisation": g.utilisation,
+            }
+            if g.model:
+                doc["gpus"]["model"] = g.model
+        return doc
+
+
+@dataclass(frozen=True)
+class ProfileSet:
+    """Every node profile of one document, with its sites."""
+
+    nodes: tuple[NodeProfile, ...]
+    sites: Mapping[str, Site] = field(default_factory=dict)
+
+    def to_document(self) -> dict[str, Any]:
+        sites = {
+            name: {"pue": s.pue, "carbon_intensity": s.carbon_intensity, "wue": s.wue, "renewable_share": s.renewable_share}
+            for name, s in self.sites.items()
+        }
+        return {"sites": sites, "nodes": [n.to_document() for n in self.nodes]}
+
+
+def linear_curve(idle_watts: float, watts_per_core: float, cores: float) -> tuple[float, ...]:
+    """The 11-point curve of the linear model P(u) = idle + watts_per_core × cores × u."""
+    return tuple(float(idle_watts + watts_per_core * cores * i / (CURVE_POINTS - 1)) for i in range(CURVE_POINTS))
+
+
+def parse_sites(doc: Any, check: Checker, path: str = "sites") -> dict[str, Site]:
+    sites: dict[str, Site] = {}
+    for name, body in check.mapping(doc, path).items():
+        where = f"{path}.{name}"
+        body = check.mapping(body, where)
+        check.unknown_keys(body, SITE_FIELDS, where)
+        pue = check.number(body, "pue", where, default=DEFAULT_PUE, minimum=1.0)
+        ci = check.number(body, "carbon_intensity", where, default=DEFAULT_CARBON_INTENSITY, minimum=0.0)
+        wue = check.number(body, "wue", where, default=0.0, minimum=0.0)
+        share = check.number(body, "renewable_share", where, default=0.0, minimum=0.0, maximum=1.0)
+        if None not in (pue, ci, wue, share):
+            sites[str(name)] = Site(str(name), pue, ci, wue, share)  # type: ignore[arg-type]
+    return sites
+
+
+def parse_profiles(doc: Any, where: str) -> ProfileSet:
+    """Parse and validate a profile document; raise ``ConfigError`` listing every problem."""
+    check = Checker(where)
+    root = check.mapping(doc, "")
+    check.unknown_keys(root, ("sites", "nodes"), "")
+    sites = parse_sites(root.get("sites"), check)
+    nodes: list[NodeProfile] = []
+    seen: set[str] = set()
+    for i, item in enumerate(check.list_of(root, "nodes", "")):
+        node = _parse_node(item, f"nodes[{i}]", sites, check)
+        if node is None:
+            continue
+        if node.name in seen:
+            check.problem(f"nodes[{i}].name", f"duplicate node name {node.name!r}")
+            continue
+        seen.add(node.name)
+        nodes.append(node)
+    check.raise_if_any()
+    return ProfileSet(tuple(nodes), sites)
+
+
+def _parse_node(item: Any, path: str, sites: Mapping[str, Site], check: Checker) -> NodeProfile | None:
+    before = len(check.problems)
+    body = check.mapping(item, path)
+    if not body:
+        if not check.problems[before:]:
+            check.problem(path, "must be a mapping with at least name, cores and a power model")
+        return None
+    check.unknown_keys(body, NODE_FIELDS, path)
+    name = check.string(body, "name", path)
+    cores = check.number(body, "cores", path, exclusive_minimum=0.0)
+    site_name = check.string(body, "site", path, default="")
+    site = Site("")
+    if site_name:
+        if site_name in sites:
+            site = sites[site_name]
+        else:
+            check.problem(f"{path}.site", f"unknown site {site_name!r} (defined: {', '.join(sorted(sites)) or 'none'})")
+    curve = check.numbers(body, "power_curve_watts", path, length=CURVE_POINTS, minimum=0.0)
+    if curve is not None:
+        if "idle_watts" in body or "watts_per_core" in body:
+            check.problem(path, "give either power_curve_watts or idle_watts + watts_per_core, not both")
+        elif any(b < a for a, b in zip(curve, curve[1:], strict=False)):
+            check.problem(f"{path}.power_curve_watts", "must not decrease with load")
+    else:
+        idle = check.number(body, "idle_watts", path, minimum=0.0)
+        per_core = check.number(body, "watts_per_core", path, minimum=0.0)
+        if idle is not None and per_core is not None and cores is not None:
+            curve = list(linear_curve(idle, per_core, cores))
+    memory = check.number(body, "memory_bytes", path, default=0.0, minimum=0.0)
+    speed = check.number(body, "speed", path, default=1.0, exclusive_minimum=0.0)
+    util = check.number(body, "utilisation", path, default=0.0, minimum=0.0, maximum=1.0)
+    measured = check.number(body, "measured_watts", path, default=None, minimum=0.0)
+    cap = check.number(body, "power_cap_watts", path, default=None, exclusive_minimum=0.0)
+    updated = check.number(body, "updated", path, default=None, minimum=0.0)
+    pue = check.number(body, "pue", path, default=site.pue, minimum=1.0)
+    ci = check.number(body, "carbon_intensity", path, default=site.carbon_intensity, minimum=0.0)
+    server_id = check.string(body, "server_id", path, default="")
+    sources = _parse_sources(body.get("sources"), f"{path}.sources", check)
+    gpus = _parse_gpus(body.get("gpus"), f"{path}.gpus", check)
+    if len(check.problems) > before:
+        return None
+    assert name is not None and cores is not None and curve is not None
+    return NodeProfile(
+        name=name,
+        cores=cores,
+        power_curve_watts=tuple(curve),
+        site=site_name or "",
+        memory_bytes=memory or 0.0,
+        speed=speed or 1.0,
+        utilisation=util or 0.0,
+        measured_watts=measured,
+        power_cap_watts=cap,
+        updated=updated,
+        gpus=gpus,
+        pue=pue if pue is not None else DEFAULT_PUE,
+        carbon_intensity=ci if ci is not None else DEFAULT_CARBON_INTENSITY,
+        sources=sources,
+        server_id=server_id or "",
+    )
+
+
+def _parse_sources(value: Any, path: str, check: Checker) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        check.problem(path, "must be a list of source names")
+        return ()
+    return tuple(value)
+
+
+def _parse_gpus(value: Any, path: str, check: Checker) -> GpuProfile | None:
+    if value is None:
+        return None
+    body = check.mapping(value, path)
+    if not body:
+        return None
+    check.unknown_keys(body, GPU_FIELDS, path)
+    count = check.number(body, "count", path, minimum=0.0)
+    idle = check.number(body, "idle_watts", path, minimum=0.0)
+    peak = check.number(body, "max_watts", path, exclusive_minimum=0.0)
+    speed = check.number(body, "speed", path, default=1.0, exclusive_minimum=0.0)
+    util = check.number(body, "utilisation", path, default=0.0, minimum=0.0, maximum=1.0)
+    model = check.string(body, "model", path, default="")
+    if count is not None and count != int(count):
+        check.problem(f"{path}.count", f"must be a whole number, got {count:g}")
+        return None
+    if idle is not None and peak is not None and peak < idle:
+        check.problem(f"{path}.max_watts", f"must be >= idle_watts ({idle:g}), got {peak:g}")
+        return None
+    if None in (count, idle, peak, speed, util):
+        return None
+    return GpuProfile(int(count), idle, peak, speed, util, model or "")  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class NodeArrays:
+    """Struct-of-arrays view of a profile set, built once per refresh, read per request.
+
+    Row ``i`` describes ``names[i]``; ``index`` maps a node name to its row.
+    """
+
+    names: tuple[str, ...]
+    index: Mapping[str, int]
+    curve: np.ndarray  # (n, 11) watts
+    cores: np.ndarray
+    utilisation: np.ndarray
+    speed: np.ndarray
+    pue: np.ndarray
+    carbon_intensity: np.ndarray  # gCO2e/kWh
+    measured_watts: np.ndarray  # NaN where not measured
+    power_cap_watts: np.ndarray  # NaN where uncapped
+    updated: np.ndarray  # NaN for static profiles
+    gpu_count: np.ndarray
+    gpu_idle_watts: np.ndarray
+    gpu_max_watts: np.ndarray
+    gpu_speed: np.ndarray
+    gpu_utilisation: np.ndarray
+
+    @classmethod
+    def build(cls, profiles: Sequence[NodeProfile]) -> NodeArrays:
+        def col(values: Sequence[float | None]) -> np.ndarray:
+            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+        n = len(profiles)
+        gpu = [p.gpus for p in profiles]
+        curve = np.array([p.power_curve_watts for p in profiles], dtype=np.float64).reshape(n, CURVE_POINTS)
+        for arr in (curve,):
+            arr.setflags(write=False)
+        arrays = cls(
+            names=tuple(p.name for p in profiles),
+            index={p.name: i for i, p in enumerate(profiles)},
+            curve=curve,
+            cores=col([p.cores for p in profiles]),
+            utilisation=col([p.utilisation for p in profiles]),
+            speed=col([p.speed for p in profiles]),
+            pue=col([p.pue for p in profiles]),
+            carbon_intensity=col([p.carbon_intensity for p in profiles]),
+            measured_watts=col([p.measured_watts for p in profiles]),
+            power_cap_watts=col([p.power_cap_watts for p in profiles]),
+            updated=col([p.updated for p in profiles]),
+            gpu_count=col([g.count if g else 0 for g in gpu]),
+            gpu_idle_watts=col([g.idle_watts if g else 0.0 for g in gpu]),
+            gpu_max_watts=col([g.max_watts if g else 0.0 for g in gpu]),
+            gpu_speed=col([g.speed if g else 1.0 for g in gpu]),
+            gpu_utilisation=col([g.utilisation if g else 0.0 for g in gpu]),
+        )
+        for value in vars(arrays).values():
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+        return arrays
+
+    def __len__(self) -> int:
+        return len(self.names)
