@@ -1,0 +1,84 @@
+"""``joulesched extender``: serve the scheduler extender with gunicorn.
+
+    joulesched extender [--config FILE] [--listen HOST:PORT] [--workers N] [--demo]
+
+With no config it serves the shipped example node profiles. ``--demo`` starts it on a free
+loopback port, sends one scripted pod through filter, prioritize and explain over HTTP, prints
+the scores and stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from policy.errors import ConfigError
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="joulesched extender", description="Serve the energy-aware scheduler extender.")
+    p.add_argument("--config", help="extender config YAML (default: built-in defaults and the example cluster)")
+    p.add_argument("--listen", help="HOST:PORT to listen on (overrides the config; default 0.0.0.0:8888)")
+    p.add_argument("--workers", type=int, help="gunicorn worker processes (overrides server.workers)")
+    p.add_argument("--demo", action="store_true", help="start on loopback, score one example pod, print, stop")
+    return p.parse_args(list(argv))
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from extender.config import load_config
+
+    try:
+        config = load_config(args.config).with_listen(args.listen)
+        if args.workers is not None:
+            if args.workers < 1:
+                raise ConfigError("--workers", [f"must be >= 1, got {args.workers}"])
+            config = replace(config, server=replace(config.server, workers=args.workers))
+        if args.demo:
+            from extender.demo import run_demo
+
+            return run_demo(args.config)
+        # Fail before forking workers: a broken profile file is an operator's error to see now.
+        from extender.app import make_source
+
+        make_source(config)
+    except ConfigError as err:
+        print(f"joulesched extender: {err}", file=sys.stderr)
+        return 2
+    serve(config)
+    return 0
+
+
+def serve(config: Any) -> None:
+    """Run gunicorn in this process with extender/gunicorn_conf.py and the config's overrides."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="joulesched-metrics-")
+    from gunicorn.app.base import BaseApplication
+
+    from extender import gunicorn_conf
+
+    class Application(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            for key in dir(gunicorn_conf):
+                if key.startswith("_") or key not in self.cfg.settings:
+                    continue
+                self.cfg.set(key, getattr(gunicorn_conf, key))
+            self.cfg.set("bind", [config.listen])
+            self.cfg.set("workers", config.server.workers)
+            self.cfg.set("threads", config.server.threads)
+            self.cfg.set("timeout", max(1, round(config.server.timeout_seconds)))
+            self.cfg.set("keepalive", max(1, round(config.server.keepalive_seconds)))
+
+        def load(self) -> Any:
+            from extender.app import create_app
+
+            return create_app(config)
+
+    Application().run()

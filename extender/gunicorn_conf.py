@@ -1,0 +1,52 @@
+"""gunicorn settings for the extender (``gunicorn -c python:extender.gunicorn_conf ...``).
+
+``joulesched extender`` uses this module and overrides ``bind``, ``workers`` and ``threads``
+from the extender config. The choices:
+
+* ``gthread`` worker: kube-scheduler's Go client keeps one connection alive per extender and
+  sends request after request on it; the ``sync`` worker closes every connection, ``gthread``
+  keeps it. gunicorn sets TCP_NODELAY on its TCP listener (inherited by accepted sockets), so
+  no reply waits on Nagle's algorithm and the client's delayed ACK.
+* ``keepalive`` 120 s: longer than Go's default idle-connection timeout (90 s), so the client
+  closes idle connections, not the server mid-request.
+* ``timeout`` 30 s: a worker stuck this long is restarted; a request never takes that long
+  (the Prometheus source refreshes in the background).
+* Request size: gunicorn has no body limit; the app rejects bodies over
+  ``max_request_bytes`` with 413 before reading them.
+* prometheus-client multiprocess mode: the directory is emptied at start and each dead
+  worker's files are marked, so /metrics on any worker reports all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+bind = os.environ.get("JOULESCHED_LISTEN", "0.0.0.0:8888")
+worker_class = "gthread"
+workers = 2
+threads = 4
+timeout = 30
+graceful_timeout = 10
+keepalive = 120
+limit_request_line = 8190
+limit_request_fields = 100
+accesslog = None
+errorlog = "-"
+loglevel = "info"
+proc_name = "joulesched-extender"
+
+
+def on_starting(server: Any) -> None:
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory, exist_ok=True)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

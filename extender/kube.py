@@ -1,0 +1,115 @@
+"""The extender's use of the Kubernetes API: binding pods, and watching bindings.
+
+Both use the official ``kubernetes`` client. The client is imported here only, so that an
+extender that neither binds nor watches never loads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from extender.predicted import PredictedLoad
+from extender.wire import BindingArgs
+from policy.demand import demand_from_pod
+from policy.errors import PolicyError
+
+log = logging.getLogger(__name__)
+
+
+def api_client(kubeconfig: str) -> Any:
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+class Binder:
+    """Creates ``pods/binding`` for the bind verb (RBAC: create on pods/binding)."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        from kubernetes import client
+
+        self._client = client
+        self._api = client.CoreV1Api(api_client(kubeconfig))
+
+    def __call__(self, args: BindingArgs) -> None:
+        c = self._client
+        body = c.V1Binding(
+            metadata=c.V1ObjectMeta(name=args.pod_name, namespace=args.pod_namespace, uid=args.pod_uid or None),
+            target=c.V1ObjectReference(api_version="v1", kind="Node", name=args.node),
+        )
+        # _preload_content=False: the API answers a Status, which the generated model for
+        # V1Binding cannot deserialise (kubernetes-client/python#825).
+        self._api.create_namespaced_pod_binding(args.pod_name, args.pod_namespace, body, _preload_content=False)
+
+
+class PodBindingWatch:
+    """Watches pods cluster-wide and records every new binding as predicted load.
+
+    Pods already bound when the watch starts are taken as measured. Deleted pods are
+    forgotten. Failures are logged and retried with back-off; they never reach a request.
+    """
+
+    def __init__(self, kubeconfig: str, predicted: PredictedLoad, clock: Callable[[], float] = time.time) -> None:
+        self.kubeconfig = kubeconfig
+        self.predicted = predicted
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-binding-watch", daemon=True)
+        self._bound: set[str] = set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                self._watch_once()
+                backoff = 1.0
+            except Exception as err:
+                log.warning("pod binding watch failed, retrying in %.0f s: %s", backoff, err)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def _watch_once(self) -> None:
+        from kubernetes import client, watch
+
+        api = client.CoreV1Api(api_client(self.kubeconfig))
+        listing = api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", _request_timeout=30)
+        self._bound = {p.metadata.uid for p in listing.items}
+        w = watch.Watch()
+        for event in w.stream(
+            api.list_pod_for_all_namespaces, resource_version=listing.metadata.resource_version, timeout_seconds=300
+        ):
+            if self._stop.is_set():
+                w.stop()
+                return
+            self.handle(event["type"], api.api_client.sanitize_for_serialization(event["object"]))
+
+    def handle(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid") or ""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if kind == "DELETED":
+            self._bound.discard(uid)
+            self.predicted.forget(uid)
+            return
+        if not node or uid in self._bound:
+            return
+        self._bound.add(uid)
+        try:
+            demand = demand_from_pod(pod)
+        except PolicyError as err:
+            log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
+            return
+        self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), self.clock(), confirmed=True)

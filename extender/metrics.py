@@ -1,0 +1,118 @@
+"""The extender's own metrics (names from ``measurement.names``).
+
+Under gunicorn each worker is a process: prometheus-client's multiprocess mode (the
+``PROMETHEUS_MULTIPROC_DIR`` environment variable, set and cleaned by ``joulesched extender``
+before the workers start, plus the ``child_exit`` hook in ``extender/gunicorn_conf.py``) lets
+``/metrics`` of any worker report all of them. Without the variable (tests, a single
+process) the metrics live in the registry passed in.
+
+Per-node gauges (last score, marginal watts) are written by a background thread once a
+second from the last decision, never on the request path: for 5,000 nodes that is thousands
+of label look-ups that a scheduling request should not wait for.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import multiprocess as mp
+
+from measurement import names as m
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
+
+
+class ExtenderMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.multiprocess = multiprocess_dir() is not None
+        # In multiprocess mode values go to files, not to a registry.
+        reg = None if self.multiprocess else (registry if registry is not None else CollectorRegistry())
+        self.registry = reg
+
+        def labels(metric: m.Metric) -> list[str]:
+            return list(metric.labels)
+
+        self.requests = Counter(_base(m.EXT_REQUESTS), m.EXT_REQUESTS.help, labels(m.EXT_REQUESTS), registry=reg)
+        self.latency = Histogram(
+            m.EXT_LATENCY.name, m.EXT_LATENCY.help, labels(m.EXT_LATENCY), buckets=LATENCY_BUCKETS, registry=reg
+        )
+        self.failures = Counter(_base(m.EXT_FAILURES), m.EXT_FAILURES.help, labels(m.EXT_FAILURES), registry=reg)
+        self.neutral = Counter(_base(m.EXT_NEUTRAL), m.EXT_NEUTRAL.help, labels(m.EXT_NEUTRAL), registry=reg)
+        self.filtered = Counter(_base(m.EXT_FILTERED), m.EXT_FILTERED.help, labels(m.EXT_FILTERED), registry=reg)
+        self.source_errors = Counter(
+            _base(m.EXT_SOURCE_ERRORS), m.EXT_SOURCE_ERRORS.help, labels(m.EXT_SOURCE_ERRORS), registry=reg
+        )
+        mode = "mostrecent"
+        self.node_score = Gauge(
+            m.EXT_NODE_SCORE.name, m.EXT_NODE_SCORE.help, labels(m.EXT_NODE_SCORE), registry=reg, multiprocess_mode=mode
+        )
+        self.marginal_watts = Gauge(
+            m.EXT_MARGINAL_WATTS.name,
+            m.EXT_MARGINAL_WATTS.help,
+            labels(m.EXT_MARGINAL_WATTS),
+            registry=reg,
+            multiprocess_mode=mode,
+        )
+        self.data_age = Gauge(m.EXT_DATA_AGE.name, m.EXT_DATA_AGE.help, registry=reg, multiprocess_mode=mode)
+        self.predicted_pods = Gauge(
+            m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="livesum"
+        )
+
+    def exposition(self) -> bytes:
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            mp.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        assert self.registry is not None
+        return generate_latest(self.registry)
+
+
+def _base(metric: m.Metric) -> str:
+    """prometheus-client appends ``_total`` to counters itself."""
+    return metric.name.removesuffix("_total")
+
+
+class NodeGaugeWriter:
+    """Copies the last decision into the per-node gauges, off the request path."""
+
+    def __init__(self, metrics: ExtenderMetrics, last: Callable[[], object], interval: float = 1.0) -> None:
+        self.metrics = metrics
+        self.last = last
+        self.interval = interval
+        self._seen: object = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="node-gauges", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.write_once()
+
+    def write_once(self) -> None:
+        decision = self.last()
+        if decision is None or decision is self._seen:
+            return
+        self._seen = decision
+        ev = decision.evaluation  # type: ignore[attr-defined]
+        names = decision.args.node_names  # type: ignore[attr-defined]
+        snap = decision.snapshot  # type: ignore[attr-defined]
+        for i, name in enumerate(names):
+            self.metrics.node_score.labels(name).set(int(ev.scores[i]))
+            watts = ev.marginal_watts[i]
+            if np.isfinite(watts):
+                self.metrics.marginal_watts.labels(name).set(float(watts))
+        if snap.ready:
+            self.metrics.data_age.set(max(0.0, decision.at - snap.loaded_at))  # type: ignore[attr-defined]

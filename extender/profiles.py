@@ -1,0 +1,290 @@
+"""Where the extender's node profiles come from: a ``file`` or the agents' metrics in ``prometheus``.
+
+A source hands out :class:`Snapshot` objects: an immutable profile set with its numpy view,
+the time it was read and whether the last refresh failed. ``snapshot()`` never raises on the
+scheduling path — a stale or failing source keeps serving the last good snapshot (whose nodes
+age into the neutral score) and counts the failure; the only errors that surface are those of
+the first load of a ``file`` source, at start, where an operator sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+import yaml
+from cachetools import TTLCache
+
+from measurement import names as m
+from policy.errors import ConfigError
+from policy.profile import GpuProfile, NodeArrays, NodeProfile, ProfileSet, Site, linear_curve
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    profiles: ProfileSet
+    arrays: NodeArrays
+    loaded_at: float  # when this content was read (0: never)
+    version: int  # increases with each new content
+    error: str = ""  # the last refresh's failure, if it failed
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded_at > 0
+
+
+EMPTY = ProfileSet(())
+
+
+def empty_snapshot(error: str = "") -> Snapshot:
+    return Snapshot(EMPTY, NodeArrays.build(()), 0.0, 0, error)
+
+
+class ProfileSource(Protocol):
+    name: str
+
+    def snapshot(self) -> Snapshot: ...
+
+
+def read_profile_file(path: str) -> ProfileSet:
+    """Parse a YAML or JSON profile document (``ConfigError`` names the file and each field)."""
+    from policy.profile import parse_profiles
+
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as err:
+        raise ConfigError(str(file), [f"cannot read: {err.strerror or err}"]) from err
+    try:
+        doc = orjson.loads(raw) if file.suffix == ".json" else yaml.safe_load(raw)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(str(file), [f"not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {err}"]) from err
+    return parse_profiles(doc, str(file))
+
+
+class FileSource:
+    """Profiles from a YAML/JSON file, re-read when its modification time changes."""
+
+    name = "file"
+
+    def __init__(self, path: str, reload_seconds: float = 10.0, clock: Clock = time.time) -> None:
+        self.path = path
+        self.reload_seconds = reload_seconds
+        self.clock = clock
+        self.errors = 0
+        self._lock = threading.Lock()
+        self._mtime = os.stat(path).st_mtime_ns if os.path.exists(path) else -1
+        profiles = read_profile_file(path)  # the first load fails loudly: an operator is watching
+        self._snapshot = Snapshot(profiles, NodeArrays.build(profiles.nodes), clock(), 1)
+        self._checked = clock()
+
+    def snapshot(self) -> Snapshot:
+        now = self.clock()
+        if now - self._checked < self.reload_seconds:
+            return self._snapshot
+        with self._lock:
+            if now - self._checked < self.reload_seconds:
+                return self._snapshot
+            self._checked = now
+            try:
+                mtime = os.stat(self.path).st_mtime_ns
+                if mtime != self._mtime:
+                    profiles = read_profile_file(self.path)
+                    self._mtime = mtime
+                    self._snapshot = Snapshot(profiles, NodeArrays.build(profiles.nodes), now, self._snapshot.version + 1)
+                    log.info("reloaded %d node profiles from %s", len(profiles.nodes), self.path)
+                elif self._snapshot.error:
+                    self._snapshot = Snapshot(self._snapshot.profiles, self._snapshot.arrays, self._snapshot.loaded_at, self._snapshot.version)
+            except (OSError, ConfigError) as err:
+                self.errors += 1
+                log.error("keeping the last good profiles: %s", err)
+                old = self._snapshot
+                self._snapshot = Snapshot(old.profiles, old.arrays, old.loaded_at, old.version, str(err))
+        return self._snapshot
+
+
+# The metrics the prometheus source reads (names from measurement.names, defined once).
+_NODE_GAUGES = (
+    m.NODE_CPU_CORES,
+    m.NODE_CPU_UTILISATION,
+    m.MODEL_IDLE,
+    m.MODEL_PER_CORE,
+    m.NODE_PLATFORM_POWER,
+    m.NODE_SPEED,
+    m.NODE_POWER_CAP,
+    m.NODE_GPU_COUNT,
+    m.NODE_GPU_MAX,
+    m.NODE_GPU_UTILISATION,
+    m.NODE_INFO,
+)
+_SITE_GAUGES = (m.SITE_PUE, m.SITE_CARBON, m.SITE_WUE, m.SITE_RENEWABLE)
+
+
+def profile_queries() -> tuple[str, str]:
+    """The two instant queries: every profile gauge, and when each node was last measured."""
+    pattern = "|".join(g.name for g in (*_NODE_GAUGES, *_SITE_GAUGES))
+    values = f'{{__name__=~"{pattern}"}}'
+    measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_PLATFORM_POWER.name}))"
+    return values, measured
+
+
+def profiles_from_samples(values: list[dict[str, Any]], measured: list[dict[str, Any]]) -> tuple[ProfileSet, list[str]]:
+    """Build profiles from Prometheus instant-query results; nodes lacking a model are skipped.
+
+    Returns the profiles and one line per skipped node saying what it lacked.
+    """
+    by_node: dict[str, dict[str, float]] = defaultdict(dict)
+    info: dict[str, dict[str, str]] = {}
+    sites: dict[str, dict[str, float]] = defaultdict(dict)
+    for sample in values:
+        labels = sample.get("metric", {})
+        name = labels.get("__name__", "")
+        value = float(sample["value"][1])
+        if name in {g.name for g in _SITE_GAUGES}:
+            if m.L_SITE in labels:
+                sites[labels[m.L_SITE]][name] = value
+            continue
+        node = labels.get(m.L_NODE)
+        if not node:
+            continue
+        if name == m.NODE_INFO.name:
+            info[node] = {"site": labels.get(m.L_SITE, ""), "server_id": labels.get(m.L_SERVER_ID, "")}
+            continue
+        device = labels.get(m.L_DEVICE)
+        key = f"{name}:{device}" if device else name
+        by_node[node][key] = by_node[node].get(key, 0.0) + value if name == m.NODE_PLATFORM_POWER.name else value
+    updated = {s["metric"].get(m.L_NODE, ""): float(s["value"][1]) for s in measured}
+
+    site_objs = {
+        name: Site(
+            name,
+            pue=v.get(m.SITE_PUE.name, 1.0),
+            carbon_intensity=v.get(m.SITE_CARBON.name, 0.0),
+            wue=v.get(m.SITE_WUE.name, 0.0),
+            renewable_share=v.get(m.SITE_RENEWABLE.name, 0.0),
+        )
+        for name, v in sites.items()
+    }
+    nodes: list[NodeProfile] = []
+    skipped: list[str] = []
+    for node in sorted(by_node):
+        v = by_node[node]
+        cores = v.get(m.NODE_CPU_CORES.name)
+        idle = v.get(f"{m.MODEL_IDLE.name}:cpu")
+        per_core = v.get(f"{m.MODEL_PER_CORE.name}:cpu")
+        if cores is None or cores <= 0 or idle is None or per_core is None:
+            skipped.append(f"{node}: no fitted power model or core count yet")
+            continue
+        site_name = info.get(node, {}).get("site", "")
+        site = site_objs.get(site_name, Site(site_name))
+        gpus = None
+        gpu_count = int(v.get(m.NODE_GPU_COUNT.name, 0))
+        if gpu_count > 0:
+            gpu_idle = v.get(f"{m.MODEL_IDLE.name}:gpu", 0.0)
+            gpu_max = max(v.get(m.NODE_GPU_MAX.name, gpu_idle), gpu_idle)
+            gpus = GpuProfile(gpu_count, gpu_idle, gpu_max, 1.0, min(max(v.get(m.NODE_GPU_UTILISATION.name, 0.0), 0.0), 1.0))
+        nodes.append(
+            NodeProfile(
+                name=node,
+                cores=cores,
+                power_curve_watts=linear_curve(max(idle, 0.0), max(per_core, 0.0), cores),
+                site=site_name,
+                speed=v.get(m.NODE_SPEED.name, 1.0) or 1.0,
+                utilisation=min(max(v.get(m.NODE_CPU_UTILISATION.name, 0.0), 0.0), 1.0),
+                measured_watts=v.get(m.NODE_PLATFORM_POWER.name),
+                power_cap_watts=v.get(m.NODE_POWER_CAP.name),
+                updated=updated.get(node),
+                gpus=gpus,
+                pue=site.pue,
+                carbon_intensity=site.carbon_intensity,
+                server_id=info.get(node, {}).get("server_id", ""),
+            )
+        )
+    return ProfileSet(tuple(nodes), site_objs), skipped
+
+
+class PrometheusSource:
+    """Profiles from the agents' metrics in Prometheus, cached for ``cache_seconds``.
+
+    A failing Prometheus never fails a scheduling request: the last good snapshot is served
+    (its nodes turn stale, hence neutral, once older than the policy's max age) and the
+    failure is counted.
+    """
+
+    name = "prometheus"
+
+    def __init__(self, url: str, cache_seconds: float = 10.0, timeout_seconds: float = 2.0, clock: Clock = time.time) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.url = url
+        self.clock = clock
+        self.errors = 0
+        from urllib3.util.retry import Retry
+
+        # No retries: a retry with back-off would hold a refresh for seconds; the next refresh
+        # is the retry.
+        self._client = PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0), timeout=timeout_seconds)
+        self._timeout = timeout_seconds
+        self._lock = threading.Lock()
+        self._cache: TTLCache[str, Snapshot] = TTLCache(maxsize=1, ttl=max(cache_seconds, 1e-3), timer=clock)
+        self._last = empty_snapshot()
+        self._warned: set[str] = set()
+        self._refreshing = threading.Event()
+
+    def snapshot(self) -> Snapshot:
+        """The cached profiles; past the TTL, the last ones while a background refresh runs.
+
+        Only the very first call waits (at most the query timeout) for Prometheus: after that a
+        slow or hung Prometheus never delays a scheduling request.
+        """
+        cached = self._cache.get("profiles")
+        if cached is not None:
+            return cached
+        if not self._last.ready and self._last.version == 0 and not self._refreshing.is_set():
+            with self._lock:
+                if self._cache.get("profiles") is None and self._last.version == 0:
+                    self._cache["profiles"] = self._refresh()
+            return self._last
+        if not self._refreshing.is_set():
+            self._refreshing.set()
+            threading.Thread(target=self._refresh_in_background, name="prometheus-refresh", daemon=True).start()
+        return self._last
+
+    def _refresh_in_background(self) -> None:
+        try:
+            with self._lock:
+                self._cache["profiles"] = self._refresh()
+        finally:
+            self._refreshing.clear()
+
+    def _refresh(self) -> Snapshot:
+        values_q, measured_q = profile_queries()
+        try:
+            values = self._client.custom_query(values_q, params={"timeout": f"{self._timeout}s"}, timeout=self._timeout)
+            measured = self._client.custom_query(measured_q, params={"timeout": f"{self._timeout}s"}, timeout=self._timeout)
+            profiles, skipped = profiles_from_samples(values, measured)
+        except Exception as err:  # the client raises many types; none may reach the scheduler
+            self.errors += 1
+            log.warning("prometheus %s: keeping the last good profiles: %s", self.url, err)
+            old = self._last
+            # version moves on so that the first-load wait happens once only
+            self._last = Snapshot(old.profiles, old.arrays, old.loaded_at, old.version + 1, f"prometheus {self.url}: {err}")
+            return self._last
+        for line in skipped:
+            if line not in self._warned:
+                self._warned.add(line)
+                log.info("neutral score until measured: %s", line)
+        self._last = Snapshot(profiles, NodeArrays.build(profiles.nodes), self.clock(), self._last.version + 1)
+        return self._last

@@ -1,0 +1,216 @@
+"""The extender's decisions, independent of HTTP: filter, prioritize, explain, preempt, bind.
+
+:class:`Extender` joins a profile source, the predicted-load ledger and the pure policy. Each
+verb takes a request body (bytes) and returns a JSON-ready object; bad input raises
+``WireError``/``PolicyError`` whose message names the field, which the HTTP layer turns into
+a 400.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from extender import wire
+from extender.predicted import PredictedLoad
+from extender.profiles import ProfileSource, Snapshot
+from policy.config import PolicyConfig
+from policy.demand import PodDemand, demand_from_pod
+from policy.scoring import REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
+
+log = logging.getLogger(__name__)
+
+Binder = Callable[[wire.BindingArgs], None]  # raises on failure
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One evaluation, kept for the explain endpoint and the per-node metrics."""
+
+    args: wire.ExtenderArgs
+    demand: PodDemand
+    snapshot: Snapshot
+    rows: np.ndarray
+    evaluation: Evaluation
+    at: float
+
+
+class Extender:
+    def __init__(
+        self,
+        source: ProfileSource,
+        policy: PolicyConfig,
+        predicted: PredictedLoad,
+        clock: Callable[[], float] = time.time,
+        binder: Binder | None = None,
+    ) -> None:
+        self.source = source
+        self.policy = policy
+        self.predicted = predicted
+        self.clock = clock
+        self.binder = binder
+        self.last: Decision | None = None  # read by the metrics thread
+
+    # -- the shared step ----------------------------------------------------------------------
+
+    def decide(self, args: wire.ExtenderArgs) -> Decision:
+        demand = demand_from_pod(args.pod)
+        snap = self.source.snapshot()
+        arrays = snap.arrays
+        index = arrays.index
+        rows = np.fromiter((index.get(n, -1) for n in args.node_names), dtype=np.intp, count=len(args.node_names))
+        now = self.clock()
+        pred_cores, pred_gpus = self.predicted.per_row(index, arrays.updated, now)
+        own = self.predicted.placement(wire.pod_identity(args.pod)[2])
+        if own is not None and own.node in index:
+            # A pod asked about again (a retry, or explain after prioritize) is not its own load.
+            pred_cores, pred_gpus = pred_cores.copy(), pred_gpus.copy()
+            pred_cores[index[own.node]] -= own.cores
+            pred_gpus[index[own.node]] -= own.gpus
+        known = rows >= 0
+        r = np.where(known, rows, 0)
+        if len(arrays):
+            extra_cores = np.where(known, pred_cores[r], 0.0)
+            extra_gpus = np.where(known, pred_gpus[r], 0.0)
+        else:
+            extra_cores = extra_gpus = np.zeros(len(rows))
+        evaluation = evaluate(arrays, rows, demand, self.policy, now, extra_cores, extra_gpus)
+        decision = Decision(args, demand, snap, rows, evaluation, now)
+        self.last = decision
+        return decision
+
+    # -- verbs ----------------------------------------------------------------------------------
+
+    def filter(self, body: bytes) -> dict[str, Any]:
+        args = wire.parse_extender_args(body)
+        d = self.decide(args)
+        failed = d.evaluation.failed
+        passed = np.flatnonzero(~failed).tolist()
+        unresolvable = {args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed)}
+        return wire.filter_result(args, passed, {}, unresolvable)
+
+    def prioritize(self, body: bytes) -> list[dict[str, Any]]:
+        args = wire.parse_extender_args(body)
+        d = self.decide(args)
+        scores = d.evaluation.scores
+        self._remember_top_choice(d)
+        return wire.host_priority_list(args.node_names, scores.tolist())
+
+    def explain(self, body: bytes) -> dict[str, Any]:
+        args = wire.parse_extender_args(body)
+        d = self.decide(args)
+        return explanation(d, self.policy, self.source.name)
+
+    def preempt(self, body: bytes) -> dict[str, Any]:
+        """Keep kube-scheduler's proposed victims, minus nodes the policy filters out."""
+        pargs = wire.parse_preemption_args(body)
+        names = list(pargs.victims)
+        args = wire.ExtenderArgs(pargs.pod, names, None)
+        d = self.decide(args)
+        keep = {n: pargs.victims[n] for i, n in enumerate(names) if not d.evaluation.failed[i]}
+        return wire.preemption_result(keep)
+
+    def bind(self, body: bytes) -> dict[str, Any]:
+        bargs = wire.parse_binding_args(body)
+        if self.binder is None:
+            raise BindDisabled("the bind verb is disabled (bind.enabled: false in the extender config)")
+        try:
+            self.binder(bargs)
+        except Exception as err:  # the API's answer goes back to kube-scheduler in Error
+            log.warning("bind %s/%s to %s failed: %s", bargs.pod_namespace, bargs.pod_name, bargs.node, err)
+            return {"Error": f"binding {bargs.pod_namespace}/{bargs.pod_name} to {bargs.node}: {err}"}
+        last = self.last
+        cores = gpus = 0.0
+        if last is not None and wire.pod_identity(last.args.pod)[2] == bargs.pod_uid:
+            cores, gpus = last.demand.cpu_cores, float(last.demand.gpus)
+        self.predicted.record(bargs.pod_uid, bargs.node, cores, gpus, self.clock(), confirmed=True)
+        return {"Error": ""}
+
+    def _remember_top_choice(self, d: Decision) -> None:
+        scores = d.evaluation.scores
+        if not len(scores):
+            return
+        uid = wire.pod_identity(d.args.pod)[2]
+        top = int(np.argmax(np.where(d.evaluation.fresh, scores, -1)))
+        if d.evaluation.fresh[top]:
+            self.predicted.record(
+                uid, d.args.node_names[top], d.demand.cpu_cores, float(d.demand.gpus), d.at, confirmed=False
+            )
+
+
+class BindDisabled(Exception):
+    """The bind verb was called but is not enabled."""
+
+
+def _num(value: float) -> float | None:
+    return None if value is None or not np.isfinite(value) else round(float(value), 6)
+
+
+def explanation(d: Decision, policy: PolicyConfig, source: str) -> dict[str, Any]:
+    """Per node: the inputs, the estimate, the score and any filter reason."""
+    e = d.evaluation
+    profiles: Mapping[str, Any] = {p.name: p for p in d.snapshot.profiles.nodes}
+    nodes = []
+    for i, name in enumerate(d.args.node_names):
+        p = profiles.get(name)
+        entry: dict[str, Any] = {"node": name, "score": int(e.scores[i])}
+        if p is None:
+            entry["neutral"] = REASON_UNKNOWN
+        else:
+            entry["inputs"] = {
+                "power_curve_watts": list(p.power_curve_watts),
+                "cores": p.cores,
+                "utilisation_measured": p.utilisation,
+                "utilisation_with_predicted": _num(e.utilisation_before[i]),
+                "speed": p.speed,
+                "pue": p.pue,
+                "carbon_intensity_g_per_kwh": p.carbon_intensity,
+                "measured_watts": p.measured_watts,
+                "power_cap_watts": p.power_cap_watts,
+                "measured_at": p.updated,
+                "site": p.site,
+                "gpus": None if p.gpus is None else {"count": p.gpus.count, "idle_watts": p.gpus.idle_watts, "max_watts": p.gpus.max_watts, "speed": p.gpus.speed},
+            }
+            entry["estimate"] = {
+                "marginal_watts": _num(e.marginal_watts[i]),
+                "runtime_seconds": _num(e.runtime_seconds[i]),
+                "energy_joules": _num(e.energy_joules[i]),
+                "carbon_grams": _num(e.carbon_grams[i]),
+                "cost": _num(e.cost[i]),
+                "projected_node_watts": _num(e.projected_watts[i]),
+            }
+            if not e.fresh[i]:
+                entry["neutral"] = REASON_STALE
+        reason = e.reason(i, policy)
+        if e.failed[i]:
+            entry["filtered"] = reason
+        nodes.append(entry)
+    namespace, name, uid = wire.pod_identity(d.args.pod)
+    return {
+        "pod": {"namespace": namespace, "name": name, "uid": uid},
+        "demand": {
+            "cpu_cores": d.demand.cpu_cores,
+            "memory_bytes": d.demand.memory_bytes,
+            "gpus": d.demand.gpus,
+            "runtime_seconds": d.demand.runtime_seconds or policy.reference_runtime_seconds,
+            "basis": d.demand.basis,
+        },
+        "policy": {
+            "strategy": policy.strategy,
+            "band": policy.band,
+            "neutral_score": policy.neutral_score,
+            "max_age_seconds": policy.max_age_seconds,
+        },
+        "profiles": {
+            "source": source,
+            "loaded_at": d.snapshot.loaded_at,
+            "age_seconds": round(d.at - d.snapshot.loaded_at, 3) if d.snapshot.ready else None,
+            "error": d.snapshot.error,
+        },
+        "nodes": nodes,
+    }
