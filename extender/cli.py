@@ -32,6 +32,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    # prometheus-client picks its multiprocess value class when first imported: the
+    # directory must be in the environment before anything imports it.
+    if not args.demo and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="joulesched-metrics-")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from extender.config import load_config
 
@@ -58,8 +62,6 @@ def main(argv: Sequence[str]) -> int:
 
 def serve(config: Any) -> None:
     """Run gunicorn in this process with extender/gunicorn_conf.py and the config's overrides."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="joulesched-metrics-")
     from gunicorn.app.base import BaseApplication
 
     from extender import gunicorn_conf

@@ -39,13 +39,15 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the extender exited with code {proc.returncode} before it was ready")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
             conn.request("GET", "/readyz")
             if conn.getresponse().status == 200:
                 return
         except OSError:
             pass
+        finally:
+            conn.close()
         time.sleep(0.1)
     raise RuntimeError(f"the extender on port {port} was not ready after {timeout:.0f} s")
 
@@ -76,6 +78,7 @@ def run_demo(config_path: str | None) -> int:
         filtered = post("filter", args)
         scores = post("prioritize", args)
         explain = post("explain", args)
+        conn.close()
     except RuntimeError as err:
         print(f"joulesched extender --demo: {err}", file=sys.stderr)
         return 1

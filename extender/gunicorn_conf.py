@@ -36,6 +36,9 @@ accesslog = None
 errorlog = "-"
 loglevel = "info"
 proc_name = "joulesched-extender"
+# gunicorn >= 25.1 opens a control socket under $HOME; a read-only root filesystem has no
+# room for it and the extender needs no runtime management beyond signals.
+control_socket_disable = True
 
 
 def on_starting(server: Any) -> None:

@@ -272,8 +272,10 @@ class PrometheusSource:
     def _refresh(self) -> Snapshot:
         values_q, measured_q = profile_queries()
         try:
-            values = self._client.custom_query(values_q, params={"timeout": f"{self._timeout}s"}, timeout=self._timeout)
-            measured = self._client.custom_query(measured_q, params={"timeout": f"{self._timeout}s"}, timeout=self._timeout)
+            # Prometheus durations are integers with a unit: "2.0s" is a 400.
+            params = {"timeout": f"{max(1, round(self._timeout * 1000))}ms"}
+            values = self._client.custom_query(values_q, params=params, timeout=self._timeout)
+            measured = self._client.custom_query(measured_q, params=params, timeout=self._timeout)
             profiles, skipped = profiles_from_samples(values, measured)
         except Exception as err:  # the client raises many types; none may reach the scheduler
             self.errors += 1

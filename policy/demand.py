@@ -87,11 +87,14 @@ class PodDemand:
 def _container_requests(container: Any, where: str) -> tuple[float, float, float]:
     if not isinstance(container, Mapping):
         raise PolicyError(f"{where}: must be an object")
-    resources = container.get("resources") or {}
+    resources = container.get("resources")
+    resources = {} if resources is None else resources
     if not isinstance(resources, Mapping):
         raise PolicyError(f"{where}.resources: must be an object")
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
+    requests = resources.get("requests")
+    limits = resources.get("limits")
+    requests = {} if requests is None else requests
+    limits = {} if limits is None else limits
     if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
         raise PolicyError(f"{where}.resources: requests and limits must be objects")
 
@@ -114,8 +117,10 @@ def demand_from_pod(pod: Mapping[str, Any]) -> PodDemand:
         spec = {}
     if not isinstance(spec, Mapping):
         raise PolicyError("Pod.spec: must be an object")
-    containers = spec.get("containers") or []
-    inits = spec.get("initContainers") or []
+    containers = spec.get("containers")
+    inits = spec.get("initContainers")
+    containers = [] if containers is None else containers
+    inits = [] if inits is None else inits
     if not isinstance(containers, list) or not isinstance(inits, list):
         raise PolicyError("Pod.spec.containers and Pod.spec.initContainers must be lists")
     cpu = mem = gpu = 0.0
@@ -136,7 +141,8 @@ def demand_from_pod(pod: Mapping[str, Any]) -> PodDemand:
             init_mem = max(init_mem, side_mem + c_mem)
             init_gpu = max(init_gpu, side_gpu + c_gpu)
     cpu, mem, gpu = max(cpu + side_cpu, init_cpu), max(mem + side_mem, init_mem), max(gpu + side_gpu, init_gpu)
-    overhead = spec.get("overhead") or {}
+    overhead = spec.get("overhead")
+    overhead = {} if overhead is None else overhead
     if not isinstance(overhead, Mapping):
         raise PolicyError("Pod.spec.overhead: must be an object")
     if "cpu" in overhead:

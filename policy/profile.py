@@ -184,14 +184,15 @@ def parse_profiles(doc: Any, where: str) -> ProfileSet:
     nodes: list[NodeProfile] = []
     seen: set[str] = set()
     for i, item in enumerate(check.list_of(root, "nodes", "")):
+        raw_name = item.get("name") if isinstance(item, Mapping) else None
+        if isinstance(raw_name, str) and raw_name in seen:
+            check.problem(f"nodes[{i}].name", f"duplicate node name {raw_name!r}")
+            continue
+        if isinstance(raw_name, str):
+            seen.add(raw_name)
         node = _parse_node(item, f"nodes[{i}]", sites, check)
-        if node is None:
-            continue
-        if node.name in seen:
-            check.problem(f"nodes[{i}].name", f"duplicate node name {node.name!r}")
-            continue
-        seen.add(node.name)
-        nodes.append(node)
+        if node is not None:
+            nodes.append(node)
     check.raise_if_any()
     return ProfileSet(tuple(nodes), sites)
 

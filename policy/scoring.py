@@ -3,8 +3,9 @@
 The model (docs/policy.md has the derivation and a worked example):
 
 * node power follows its 11-point curve, linearly interpolated: P(u), u in 0..1;
-* the pod adds d cores, so the node's utilisation goes from u0 to u1 = min(1, u0 + d/cores),
-  where u0 is the measured utilisation plus the load predicted for pods recently placed there;
+* the pod adds d cores, so the node's utilisation goes from u0 to u1 = u0 + d/cores, where u0
+  is the measured utilisation plus the load predicted for pods recently placed there; past
+  u = 1 the node time-shares and the curve continues as P(1) × u;
 * a GPU pod adds g GPUs at ``gpu_pod_utilisation``: ΔP_gpu = g × util × (max − idle);
 * the pod runs for T / speed (CPU pods) or T / gpu_speed (GPU pods), T being the pod's
   annotated runtime or the reference runtime;
@@ -39,7 +40,7 @@ class Evaluation:
 
     known: np.ndarray  # bool: the node has a profile
     fresh: np.ndarray  # bool: known and its measurements are recent enough
-    utilisation_before: np.ndarray  # measured + predicted, 0..1
+    utilisation_before: np.ndarray  # measured + predicted (above 1: oversubscribed)
     utilisation_after: np.ndarray
     node_watts_before: np.ndarray  # model power before the pod (CPU curve + GPUs)
     marginal_watts: np.ndarray  # CPU + GPU
@@ -62,12 +63,20 @@ class Evaluation:
 
 
 def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:
-    """P(u) for each row's curve, linear between the 11 points; u is clipped to 0..1."""
-    x = np.clip(utilisation, 0.0, 1.0) * (CURVE_POINTS - 1)
+    """P(u) for each row's curve, linear between the 11 points.
+
+    Demand beyond the node's capacity (u > 1) is time-shared: the work takes u times as long
+    at full power, so the curve continues as P(1) × u. A saturated node is therefore the
+    most expensive place for more work, never a free one (clipping at 1 would make its
+    marginal power zero and let a full node win every pod of a burst).
+    """
+    u = np.maximum(utilisation, 0.0)
+    x = np.minimum(u, 1.0) * (CURVE_POINTS - 1)
     lo = np.minimum(np.floor(x).astype(np.intp), CURVE_POINTS - 2)
     frac = x - lo
     rows = np.arange(curve.shape[0])
-    return curve[rows, lo] * (1.0 - frac) + curve[rows, lo + 1] * frac
+    inside = curve[rows, lo] * (1.0 - frac) + curve[rows, lo + 1] * frac
+    return inside + np.maximum(u - 1.0, 0.0) * curve[rows, CURVE_POINTS - 1]
 
 
 def normalise(cost: np.ndarray, eligible: np.ndarray, band: float) -> np.ndarray:
@@ -119,8 +128,8 @@ def evaluate(
     cores = nodes.cores[r]
     extra = np.zeros(rows.shape[0]) if predicted_cores is None else np.asarray(predicted_cores, dtype=np.float64)
     u_measured = nodes.utilisation[r]
-    u0 = np.clip(u_measured + extra / cores, 0.0, 1.0)
-    u1 = np.clip(u0 + pod.cpu_cores / cores, 0.0, 1.0)
+    u0 = np.maximum(u_measured + extra / cores, 0.0)
+    u1 = u0 + pod.cpu_cores / cores
     curve = nodes.curve[r]
     p_measured = curve_power(curve, u_measured)
     p0 = curve_power(curve, u0)
@@ -145,7 +154,9 @@ def evaluate(
     base_runtime = pod.runtime_seconds if pod.runtime_seconds is not None else cfg.reference_runtime_seconds
     runtime = base_runtime / speed
     energy = marginal * runtime
-    carbon = energy / JOULES_PER_KWH * nodes.pue[r] * nodes.carbon_intensity[r]
+    with np.errstate(invalid="ignore"):  # inf energy (a node short of GPUs) × 0 g/kWh
+        carbon = energy / JOULES_PER_KWH * nodes.pue[r] * nodes.carbon_intensity[r]
+    carbon = np.where(np.isinf(energy), np.inf, carbon)
     cost = energy if cfg.strategy == "energy" else carbon
 
     measured = nodes.measured_watts[r]

@@ -1,0 +1,127 @@
+"""The prometheus profile source against a real Prometheus server scraping agent metrics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from extender.app import create_app
+from extender.config import parse_config
+from extender.metrics import ExtenderMetrics
+from extender.profiles import PrometheusSource, profile_queries
+from measurement import names as m
+from tests.extender.support import make_pod
+from tests.prometheus_server import ExpositionServer, PrometheusServer, prometheus_scraping
+
+pytestmark = pytest.mark.prometheus
+
+# What two agents would export (names from measurement.names, the one definition).
+AGENTS = f"""\
+# TYPE {m.NODE_CPU_CORES.name} gauge
+{m.NODE_CPU_CORES.name}{{node="green"}} 64
+{m.NODE_CPU_CORES.name}{{node="grey"}} 64
+{m.NODE_CPU_CORES.name}{{node="half"}} 8
+# TYPE {m.NODE_CPU_UTILISATION.name} gauge
+{m.NODE_CPU_UTILISATION.name}{{node="green"}} 0.25
+{m.NODE_CPU_UTILISATION.name}{{node="grey"}} 0.25
+# TYPE {m.MODEL_IDLE.name} gauge
+{m.MODEL_IDLE.name}{{node="green",device="cpu"}} 60
+{m.MODEL_IDLE.name}{{node="grey",device="cpu"}} 120
+# TYPE {m.MODEL_PER_CORE.name} gauge
+{m.MODEL_PER_CORE.name}{{node="green",device="cpu"}} 3
+{m.MODEL_PER_CORE.name}{{node="grey",device="cpu"}} 6
+# TYPE {m.NODE_PLATFORM_POWER.name} gauge
+{m.NODE_PLATFORM_POWER.name}{{node="green",basis="ipmi_dcmi"}} 108
+{m.NODE_PLATFORM_POWER.name}{{node="grey",basis="rapl_sysfs"}} 216
+# TYPE {m.NODE_POWER_CAP.name} gauge
+{m.NODE_POWER_CAP.name}{{node="grey"}} 230
+# TYPE {m.NODE_INFO.name} gauge
+{m.NODE_INFO.name}{{node="green",site="north",server_id="srv-1"}} 1
+{m.NODE_INFO.name}{{node="grey",site="south",server_id="srv-2"}} 1
+# TYPE {m.SITE_PUE.name} gauge
+{m.SITE_PUE.name}{{site="north"}} 1.1
+{m.SITE_PUE.name}{{site="south"}} 1.5
+# TYPE {m.SITE_CARBON.name} gauge
+{m.SITE_CARBON.name}{{site="north"}} 55
+{m.SITE_CARBON.name}{{site="south"}} 440
+"""
+
+
+@pytest.fixture
+def prom(tmp_path: Path) -> Iterator[tuple[PrometheusServer, ExpositionServer]]:
+    yield from prometheus_scraping(tmp_path, AGENTS)
+
+
+def test_profiles_from_a_real_prometheus(prom: tuple[PrometheusServer, ExpositionServer]) -> None:
+    server, _ = prom
+    server.wait_for(f"{m.NODE_INFO.name}", 2)
+    server.wait_for(f"{m.SITE_CARBON.name}", 2)
+    source = PrometheusSource(server.url, cache_seconds=5)
+    snap = source.snapshot()
+    assert snap.ready and not snap.error
+    by_name = {p.name: p for p in snap.profiles.nodes}
+    assert set(by_name) == {"green", "grey"}  # "half" has no fitted model yet: left out, neutral
+    green, grey = by_name["green"], by_name["grey"]
+    assert green.power_curve_watts[0] == 60 and green.power_curve_watts[-1] == pytest.approx(60 + 3 * 64)
+    assert green.measured_watts == 108 and green.utilisation == 0.25
+    assert green.pue == 1.1 and green.carbon_intensity == 55 and green.server_id == "srv-1"
+    assert grey.power_cap_watts == 230 and grey.site == "south"
+    assert green.updated is not None and abs(time.time() - green.updated) < 30
+
+
+def test_extender_scores_from_prometheus_and_goes_neutral_when_it_fails(
+    tmp_path: Path, prom: tuple[PrometheusServer, ExpositionServer]
+) -> None:
+    server, _ = prom
+    server.wait_for(f"{m.NODE_INFO.name}", 2)
+    server.wait_for(f"{m.SITE_CARBON.name}", 2)
+    config = parse_config(
+        {"profiles": {"source": "prometheus", "prometheus": {"url": server.url, "cache_seconds": 0.2, "timeout_seconds": 1}},
+         "policy": {"strategy": "carbon", "max_age_seconds": 5}},
+        "test",
+    )
+    metrics = ExtenderMetrics(CollectorRegistry())
+    app = create_app(config, metrics=metrics, background=False)
+    c = app.test_client()
+    body = orjson.dumps({"Pod": make_pod("8"), "NodeNames": ["green", "grey", "half"]})
+    scores = {h["Host"]: h["Score"] for h in orjson.loads(c.post("/scheduler/prioritize", data=body).data)}
+    assert scores == {"green": 10, "grey": 0, "half": 5}
+    assert c.get("/readyz").status_code == 200
+    filt = orjson.loads(c.post("/scheduler/filter", data=body).data)
+    assert "grey" in filt["FailedAndUnresolvableNodes"]  # 216 W + 48 W > 230 W × 0.95
+
+    server.stop()  # Prometheus goes away: no error reaches kube-scheduler, scores age to neutral
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        started = time.perf_counter()
+        reply = c.post("/scheduler/prioritize", data=body)
+        elapsed = time.perf_counter() - started
+        assert reply.status_code == 200 and elapsed < 0.5  # never waits on the dead server
+        scores = {h["Host"]: h["Score"] for h in orjson.loads(reply.data)}
+        if set(scores.values()) == {5}:
+            break
+        time.sleep(0.5)
+    assert set(scores.values()) == {5}
+    text = c.get("/metrics").data.decode()
+    assert 'joulesched_extender_profile_source_errors_total{source="prometheus"}' in text
+    assert 'joulesched_extender_neutral_scores_total{reason="stale"}' in text
+
+
+def test_never_reached_prometheus_gives_neutral_scores_and_not_ready() -> None:
+    source = PrometheusSource("http://127.0.0.1:9", cache_seconds=1, timeout_seconds=0.5)
+    snap = source.snapshot()
+    assert not snap.ready and "127.0.0.1:9" in snap.error
+    assert len(snap.arrays) == 0 and source.errors == 1
+
+
+def test_queries_are_valid_promql(prom: tuple[PrometheusServer, ExpositionServer]) -> None:
+    server, _ = prom
+    for query in profile_queries():
+        server.query(query)  # raises on a PromQL syntax error (HTTP 400)
+    assert np.isfinite(float(server.wait_for(f"{m.MODEL_IDLE.name}", 2)[0]["value"][1]))

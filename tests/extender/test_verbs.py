@@ -1,0 +1,179 @@
+"""Every verb in both protocol modes, through the Flask app, with exact reply shapes."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from tests.extender.support import Clock, make_node, make_pod, post
+from flask.testing import FlaskClient
+from prometheus_client import generate_latest
+
+NAMES = ["efficient", "hungry", "capped", "stranger"]
+
+
+def args(mode: str, names: list[str] = NAMES, pod: dict | None = None) -> dict:
+    pod = pod or make_pod()
+    if mode == "names":
+        return {"Pod": pod, "NodeNames": names}
+    return {"Pod": pod, "Nodes": {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [make_node(n) for n in names]}}
+
+
+@pytest.mark.parametrize("mode", ["names", "nodes"], ids=["nodeCacheCapable true", "nodeCacheCapable false"])
+def test_prioritize_answers_a_bare_array_of_integer_scores_one_per_candidate(client: FlaskClient, mode: str) -> None:
+    status, reply = post(client, "prioritize", args(mode))
+    assert status == 200
+    assert isinstance(reply, list)
+    assert [h["Host"] for h in reply] == NAMES
+    assert all(set(h) == {"Host", "Score"} for h in reply)
+    assert all(type(h["Score"]) is int and 0 <= h["Score"] <= 10 for h in reply)
+    scores = {h["Host"]: h["Score"] for h in reply}
+    assert scores["efficient"] == 10
+    assert scores["hungry"] < 10
+    assert scores["capped"] == 0  # over its power cap
+    assert scores["stranger"] == 5  # no profile: neutral, never the best
+
+
+def test_prioritize_wire_bytes_are_what_kube_schedulers_decoder_reads(client: FlaskClient) -> None:
+    reply = client.post("/scheduler/prioritize", data=orjson.dumps(args("names", ["efficient"])))
+    assert reply.data == b'[{"Host":"efficient","Score":10}]'
+    assert reply.mimetype == "application/json"
+
+
+@pytest.mark.parametrize("mode", ["names", "nodes"], ids=["nodeCacheCapable true", "nodeCacheCapable false"])
+def test_filter_fails_capped_nodes_as_unresolvable_and_keeps_the_rest(client: FlaskClient, mode: str) -> None:
+    status, reply = post(client, "filter", args(mode))
+    assert status == 200
+    assert set(reply) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert reply["NodeNames"] == ["efficient", "hungry", "stranger"]
+    assert reply["FailedNodes"] == {}
+    assert list(reply["FailedAndUnresolvableNodes"]) == ["capped"]
+    assert "power cap" in reply["FailedAndUnresolvableNodes"]["capped"]
+    assert reply["Error"] == ""
+    if mode == "nodes":
+        sent = {n["metadata"]["name"]: n for n in args(mode)["Nodes"]["items"]}
+        assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == reply["NodeNames"]
+        assert all(n == sent[n["metadata"]["name"]] for n in reply["Nodes"]["items"])  # echoed unchanged
+    else:
+        assert reply["Nodes"] is None
+
+
+def test_filter_never_leaves_both_node_fields_null_even_when_all_fail(client: FlaskClient) -> None:
+    status, reply = post(client, "filter", args("names", ["capped"]))
+    assert status == 200 and reply["NodeNames"] == [] and "capped" in reply["FailedAndUnresolvableNodes"]
+
+
+def test_empty_candidate_list_is_answered_not_rejected(client: FlaskClient) -> None:
+    assert post(client, "prioritize", args("names", [])) == (200, [])
+    status, reply = post(client, "filter", args("nodes", []))
+    assert status == 200 and reply["Nodes"]["items"] == [] and reply["NodeNames"] == []
+
+
+def test_keys_are_matched_like_gos_decoder_case_insensitively(client: FlaskClient) -> None:
+    status, reply = post(client, "prioritize", {"pod": make_pod(), "nodenames": ["efficient"]})
+    assert status == 200 and reply == [{"Host": "efficient", "Score": 10}]
+
+
+def test_explain_names_inputs_estimate_score_and_reasons(client: FlaskClient) -> None:
+    status, reply = post(client, "explain", args("names"))
+    assert status == 200
+    nodes = {n["node"]: n for n in reply["nodes"]}
+    eff = nodes["efficient"]
+    assert eff["inputs"]["pue"] == 1.1 and eff["inputs"]["carbon_intensity_g_per_kwh"] == 55
+    assert eff["inputs"]["utilisation_measured"] == 0.3
+    assert eff["estimate"]["marginal_watts"] > 0 and eff["estimate"]["carbon_grams"] > 0
+    assert "power cap" in nodes["capped"]["filtered"]
+    assert nodes["stranger"]["neutral"] == "no profile for this node"
+    assert reply["demand"]["cpu_cores"] == 4 and reply["demand"]["basis"] == "requests"
+    assert reply["policy"]["strategy"] == "energy"
+
+
+def test_preempt_keeps_proposed_victims_minus_filtered_nodes(client: FlaskClient) -> None:
+    meta = {
+        "Pod": make_pod(),
+        "NodeNameToMetaVictims": {
+            "efficient": {"Pods": [{"UID": "v1"}, {"UID": "v2"}], "NumPDBViolations": 1},
+            "capped": {"Pods": [{"UID": "v3"}], "NumPDBViolations": 0},
+        },
+    }
+    status, reply = post(client, "preempt", meta)
+    assert status == 200
+    assert reply == {"NodeNameToMetaVictims": {"efficient": {"Pods": [{"UID": "v1"}, {"UID": "v2"}], "NumPDBViolations": 1}}}
+    full = {
+        "Pod": make_pod(),
+        "NodeNameToVictims": {"hungry": {"Pods": [{"metadata": {"uid": "v9", "name": "x"}}], "NumPDBViolations": 0}},
+    }
+    status, reply = post(client, "preempt", full)
+    assert reply == {"NodeNameToMetaVictims": {"hungry": {"Pods": [{"UID": "v9"}], "NumPDBViolations": 0}}}
+
+
+def test_bind_is_off_by_default(client: FlaskClient) -> None:
+    status, reply = post(client, "bind", {"PodName": "p", "PodNamespace": "default", "PodUID": "u", "Node": "efficient"})
+    assert status == 404 and "bind.enabled" in reply["Error"]
+
+
+def test_bind_reports_api_failures_in_error_and_records_the_placement(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    ext = app.extensions["joulesched"]["extender"]
+    calls = []
+
+    def binder(b):  # type: ignore[no-untyped-def]
+        calls.append(b)
+        if b.node == "hungry":
+            raise RuntimeError('pods "p" is forbidden')
+
+    ext.binder = binder
+    c = app.test_client()
+    ok = {"PodName": "p", "PodNamespace": "default", "PodUID": "uid-1", "Node": "efficient"}
+    assert post(c, "bind", ok) == (200, {"Error": ""})
+    assert ext.predicted.placement("uid-1").node == "efficient"
+    status, reply = post(c, "bind", {**ok, "PodUID": "uid-2", "Node": "hungry"})
+    assert status == 200 and "forbidden" in reply["Error"]
+    assert len(calls) == 2
+
+
+def test_a_burst_spreads_by_predicted_load_instead_of_herding(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    c = app.test_client()
+    tops = []
+    for i in range(12):
+        _, reply = post(c, "prioritize", args("names", ["efficient", "hungry"], make_pod("16", uid=f"u{i}", name=f"p{i}")))
+        best = max(reply, key=lambda h: h["Score"])
+        tops.append(best["Host"] if [h["Score"] for h in reply].count(best["Score"]) == 1 else "tie")
+    # Without predicted load every one of the 12 would have gone to "efficient".
+    assert tops[0] == "efficient"
+    assert tops.count("efficient") < 12
+    assert "hungry" in tops or "tie" in tops
+
+
+def test_predicted_load_expires_once_measurements_show_the_pod(make_app, profiles_file) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock()
+    app, _ = make_app({"predicted_load": {"ttl_seconds": 600, "settle_seconds": 30}}, clock=clock)
+    ext = app.extensions["joulesched"]["extender"]
+    ext.predicted.record("a", "efficient", 8.0, 0.0, clock.now, confirmed=True)
+    arrays = ext.source.snapshot().arrays
+    assert ext.predicted.per_row(arrays.index, arrays.updated, clock.now)[0][arrays.index["efficient"]] == 8.0
+    clock.now += 601
+    assert ext.predicted.per_row(arrays.index, arrays.updated, clock.now)[0].sum() == 0.0
+
+
+def test_metrics_count_requests_latency_failures_and_neutral_scores(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, metrics = make_app()
+    c = app.test_client()
+    post(c, "prioritize", args("names"))
+    post(c, "prioritize", b"not json")
+    app.extensions["joulesched"]["gauges"].write_once()
+    text = c.get("/metrics").data.decode()
+    assert 'joulesched_extender_requests_total{code="200",verb="prioritize"} 1.0' in text
+    assert 'joulesched_extender_requests_total{code="400",verb="prioritize"} 1.0' in text
+    assert 'joulesched_extender_failures_total{reason="bad_request",verb="prioritize"} 1.0' in text
+    assert 'joulesched_extender_request_duration_seconds_count{verb="prioritize"} 1.0' in text
+    assert 'joulesched_extender_neutral_scores_total{reason="unknown"} 1.0' in text
+    assert 'joulesched_extender_node_score{node="efficient"} 10.0' in text
+    assert 'joulesched_extender_node_marginal_watts{node="efficient"}' in text
+    assert text == generate_latest(metrics.registry).decode()
+
+
+def test_health_and_readiness(client: FlaskClient) -> None:
+    assert client.get("/healthz").status_code == 200
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and b"3 node profiles from file" in ready.data

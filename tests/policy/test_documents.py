@@ -1,0 +1,148 @@
+"""Profile documents, policy documents and pod demand: parsing and every problem named."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy.config import PolicyConfig, parse_policy
+from policy.demand import DEFAULT_MILLI_CPU_REQUEST, RUNTIME_ANNOTATION, demand_from_pod, parse_quantity
+from policy.errors import ConfigError, PolicyError
+from policy.profile import ProfileSet, parse_profiles
+from policy.validate import Checker
+
+CURVE = [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
+
+
+def test_profile_document_round_trips() -> None:
+    doc = {
+        "sites": {"north": {"pue": 1.1, "carbon_intensity": 55.0, "wue": 0.3}},
+        "nodes": [
+            {"name": "a", "site": "north", "cores": 64, "power_curve_watts": CURVE, "utilisation": 0.25},
+            {"name": "b", "cores": 16, "idle_watts": 40, "watts_per_core": 5, "gpus": {"count": 2, "idle_watts": 30, "max_watts": 300}},
+        ],
+    }
+    profiles = parse_profiles(doc, "nodes.yaml")
+    a, b = profiles.nodes
+    assert a.pue == 1.1 and a.carbon_intensity == 55.0
+    assert b.power_curve_watts[-1] == pytest.approx(40 + 5 * 16)
+    again = parse_profiles(profiles.to_document(), "again")
+    assert again == ProfileSet(profiles.nodes, again.sites)
+
+
+def test_every_problem_in_a_profile_document_is_reported_with_its_path() -> None:
+    doc = {
+        "nodes": [
+            {"name": "a", "cores": -4, "power_curve_watts": CURVE},
+            {"name": "b", "cores": 8, "power_curve_watts": [1, 2, 3]},
+            {"name": "c", "cores": "8", "idle_watts": 10, "watts_per_core": 1},
+            {"name": "d", "cores": 8, "power_curve_watts": CURVE, "site": "nowhere", "speed": 0},
+            {"name": "a", "cores": 8, "power_curve_watts": CURVE},
+            {"name": "e", "cores": 8},
+            {"name": "f", "cores": 8, "power_curve_watts": list(reversed(CURVE))},
+            {"name": "g", "cores": 8, "power_curve_watts": CURVE, "colour": "red"},
+        ]
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_profiles(doc, "nodes.yaml")
+    text = str(caught.value)
+    for expected in (
+        "nodes.yaml:",
+        "nodes[0].cores: must be > 0, got -4",
+        "nodes[1].power_curve_watts: must have 11 entries, got 3",
+        "nodes[2].cores: must be a number, got string '8'",
+        "nodes[3].site: unknown site 'nowhere'",
+        "nodes[3].speed: must be > 0, got 0",
+        "nodes[4].name: duplicate node name 'a'",
+        "nodes[5].idle_watts: is required",
+        "nodes[6].power_curve_watts: must not decrease with load",
+        "nodes[7].colour: unknown field",
+    ):
+        assert expected in text, expected
+
+
+def test_policy_document_defaults_and_problems() -> None:
+    check = Checker("policy.yaml")
+    assert parse_policy(None, check) == PolicyConfig()
+    check = Checker("policy.yaml")
+    parse_policy({"strategy": "cheapest", "band": 0, "neutral_score": 10, "power_cap": {"headroom": "5%"}}, check)
+    assert check.problems == [
+        "policy.strategy: must be one of energy, carbon, got 'cheapest'",
+        "policy.band: must be > 0, got 0",
+        "policy.neutral_score: must be <= 9, got 10",
+        "policy.power_cap.headroom: must be a number, got string '5%'",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("500m", 0.5), ("2", 2.0), ("1Gi", 2.0**30), ("1e3", 1000.0), ("1.5k", 1500.0), ("100M", 1e8), (4, 4.0)],
+)
+def test_parse_quantity(text: object, value: float) -> None:
+    assert parse_quantity(text, "x") == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["", "two", "1.5.2", "-1", "1Zi", True, None, [1]])
+def test_parse_quantity_rejects_garbage_naming_the_field(text: object) -> None:
+    with pytest.raises(PolicyError, match=r"^Pod\.x"):
+        parse_quantity(text, "Pod.x")
+
+
+def pod(containers: list[dict], **spec: object) -> dict:
+    return {"metadata": {"name": "p"}, "spec": {"containers": containers, **spec}}
+
+
+def res(cpu: str | None = None, mem: str | None = None, gpu: str | None = None, limits: bool = False) -> dict:
+    values = {k: v for k, v in (("cpu", cpu), ("memory", mem), ("nvidia.com/gpu", gpu)) if v is not None}
+    return {"resources": {"limits" if limits else "requests": values}}
+
+
+def test_demand_sums_containers_and_respects_init_containers_and_overhead() -> None:
+    d = demand_from_pod(
+        pod(
+            [res("500m", "1Gi"), res("1500m", "1Gi")],
+            initContainers=[res("3", "512Mi")],
+            overhead={"cpu": "250m"},
+        )
+    )
+    assert d.cpu_cores == pytest.approx(3.25)  # max(2, 3) + overhead
+    assert d.memory_bytes == pytest.approx(2 * 2**30)
+    assert d.basis == "requests"
+
+
+def test_sidecar_init_containers_add_to_the_app_containers() -> None:
+    sidecar = {**res("1"), "restartPolicy": "Always"}
+    d = demand_from_pod(pod([res("2")], initContainers=[sidecar, res("2")]))
+    assert d.cpu_cores == pytest.approx(3.0)
+
+
+def test_limits_stand_in_for_missing_requests_and_gpus_are_counted() -> None:
+    d = demand_from_pod(pod([res("4", gpu="2", limits=True)]))
+    assert d.cpu_cores == 4 and d.gpus == 2
+
+
+def test_best_effort_pod_gets_kube_schedulers_default_request() -> None:
+    d = demand_from_pod(pod([{"name": "c"}]))
+    assert d.cpu_cores == DEFAULT_MILLI_CPU_REQUEST / 1000 and d.basis == "default"
+
+
+def test_runtime_annotation() -> None:
+    p = pod([res("1")])
+    p["metadata"]["annotations"] = {RUNTIME_ANNOTATION: "120"}
+    assert demand_from_pod(p).runtime_seconds == 120.0
+    p["metadata"]["annotations"] = {RUNTIME_ANNOTATION: "soon"}
+    with pytest.raises(PolicyError, match=RUNTIME_ANNOTATION):
+        demand_from_pod(p)
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [
+        ({"spec": "x"}, "Pod.spec"),
+        ({"spec": {"containers": {}}}, "Pod.spec.containers"),
+        ({"spec": {"containers": [1]}}, r"Pod.spec.containers\[0\]"),
+        ({"spec": {"containers": [res("lots")]}}, r"Pod.spec.containers\[0\].resources.requests\[cpu\]"),
+    ],
+)
+def test_malformed_pods_are_rejected_naming_the_field(bad: dict, where: str) -> None:
+    with pytest.raises(PolicyError, match=where):
+        demand_from_pod(bad)
