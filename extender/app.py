@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
 from flask import Flask, Response, request
 
@@ -39,7 +40,7 @@ VERBS = ("filter", "prioritize", "preempt", "bind", "explain")
 
 
 def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), status=status, mimetype=JSON)
+    return Response(orjson.dumps(payload), status=status, mimetype=JSON)
 
 
 def make_source(config: ExtenderConfig) -> ProfileSource:
@@ -80,69 +81,14 @@ def create_app(
             PodBindingWatch(config.kubeconfig, predicted, clock).start()
 
     app = Flask("joulesched-extender")
-    app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
     app.extensions["joulesched"] = {"extender": ext, "metrics": metrics, "gauges": gauges, "config": config}
     prefix = config.prefix.rstrip("/")
-    handlers: dict[str, Callable[[bytes], Any]] = {
-        "filter": ext.filter,
-        "prioritize": ext.prioritize,
-        "preempt": ext.preempt,
-        "bind": ext.bind,
-        "explain": ext.explain,
-    }
-    source_errors_seen = [0]
-
-    def fail(verb: str, status: int, reason: str, message: str) -> Response:
-        metrics.failures.labels(verb, reason).inc()
-        metrics.requests.labels(verb, str(status)).inc()
-        return _json({"Error": message}, status)
-
-    @app.post(f"{prefix}/<verb>")
-    def extender_verb(verb: str) -> Response:
-        started = time.perf_counter()
-        handler = handlers.get(verb)
-        if handler is None:
-            return fail("unknown", 404, "unknown_verb", f"unknown verb {verb!r}: use one of {', '.join(VERBS)}")
-        length = request.content_length
-        if length is not None and length > config.max_request_bytes:
-            return fail(verb, 413, "too_large", f"request body of {length} bytes is over max_request_bytes ({config.max_request_bytes})")
-        try:
-            body = request.get_data(cache=False)
-        except Exception as err:  # werkzeug raises RequestEntityTooLarge for streamed bodies
-            return fail(verb, 413, "too_large", f"request body over max_request_bytes ({config.max_request_bytes}): {err}")
-        try:
-            result = handler(body)
-        except (wire.WireError, PolicyError) as err:
-            log.info("%s: bad request: %s", verb, err)
-            return fail(verb, 400, "bad_request", str(err))
-        except BindDisabled as err:
-            return fail(verb, 404, "bind_disabled", str(err))
-        except Exception as err:  # never a crashed worker: a 500 with the cause, and counted
-            log.exception("%s: internal error", verb)
-            return fail(verb, 500, "internal", f"internal error: {type(err).__name__}: {err}")
-        response = _json(result)
-        metrics.requests.labels(verb, "200").inc()
-        metrics.latency.labels(verb).observe(time.perf_counter() - started)
-        errors = getattr(source, "errors", 0)
-        if errors != source_errors_seen[0]:
-            metrics.source_errors.labels(source.name).inc(errors - source_errors_seen[0])
-            source_errors_seen[0] = errors
-        if verb in ("filter", "prioritize") and ext.last is not None:
-            ev = ext.last.evaluation
-            unknown = int((~ev.known).sum())
-            stale = int((ev.known & ~ev.fresh).sum())
-            if unknown:
-                metrics.neutral.labels("unknown").inc(unknown)
-            if stale:
-                metrics.neutral.labels("stale").inc(stale)
-            if verb == "filter" and ev.failed.any():
-                metrics.filtered.labels("power_cap").inc(int(ev.failed.sum()))
-            metrics.predicted_pods.set(len(predicted))
-        return response
+    endpoint = VerbEndpoint(ext, metrics, source, config.max_request_bytes)
 
     @app.route(f"{prefix}/<verb>", methods=["GET", "PUT", "DELETE", "PATCH"])
     def wrong_method(verb: str) -> Response:
-        return fail(verb if verb in VERBS else "unknown", 405, "method", f"{request.method} {request.path}: extender verbs take POST")
+        status, body = endpoint.fail(verb if verb in VERBS else "unknown", 405, "method", f"{request.method} {request.path}: extender verbs take POST")
+        return Response(body, status, mimetype=JSON)
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -167,12 +113,110 @@ def create_app(
     def not_allowed(err: Exception) -> Response:
         return _json({"Error": f"{request.method} is not allowed on {request.path}"}, 405)
 
-    @app.errorhandler(413)
-    def too_large(err: Exception) -> Response:
-        metrics.failures.labels("unknown", "too_large").inc()
-        return _json({"Error": f"request body over max_request_bytes ({config.max_request_bytes})"}, 413)
-
+    app.wsgi_app = VerbFastPath(app.wsgi_app, prefix, endpoint)  # type: ignore[method-assign]
     return app
+
+
+class VerbEndpoint:
+    """``POST {prefix}/<verb>``: read the body, run the verb, count it, answer JSON.
+
+    Errors are HTTP statuses with ``{"Error": ...}``; nothing raised here reaches gunicorn.
+    """
+
+    def __init__(self, ext: Extender, metrics: ExtenderMetrics, source: ProfileSource, max_bytes: int) -> None:
+        self.ext = ext
+        self.metrics = metrics
+        self.source = source
+        self.max_bytes = max_bytes
+        self.handlers: dict[str, Callable[[bytes], Any]] = {
+            "filter": ext.filter,
+            "prioritize": ext.prioritize,
+            "preempt": ext.preempt,
+            "bind": ext.bind,
+            "explain": ext.explain,
+        }
+        self._source_errors_seen = 0
+
+    def fail(self, verb: str, status: int, reason: str, message: str) -> tuple[int, bytes]:
+        self.metrics.failures.labels(verb, reason).inc()
+        self.metrics.requests.labels(verb, str(status)).inc()
+        return status, orjson.dumps({"Error": message})
+
+    def __call__(self, verb: str, length: int | None, read: Callable[[int], bytes]) -> tuple[int, bytes]:
+        started = time.perf_counter()
+        handler = self.handlers.get(verb)
+        if handler is None:
+            return self.fail("unknown", 404, "unknown_verb", f"unknown verb {verb!r}: use one of {', '.join(VERBS)}")
+        if length is not None and length > self.max_bytes:
+            return self.fail(verb, 413, "too_large", f"request body of {length} bytes is over max_request_bytes ({self.max_bytes})")
+        body = read(self.max_bytes + 1 if length is None else length)
+        if len(body) > self.max_bytes:
+            return self.fail(verb, 413, "too_large", f"request body over max_request_bytes ({self.max_bytes})")
+        try:
+            result = handler(body)
+        except (wire.WireError, PolicyError) as err:
+            log.info("%s: bad request: %s", verb, err)
+            return self.fail(verb, 400, "bad_request", str(err))
+        except BindDisabled as err:
+            return self.fail(verb, 404, "bind_disabled", str(err))
+        except Exception as err:  # never a crashed worker: a 500 with the cause, and counted
+            log.exception("%s: internal error", verb)
+            return self.fail(verb, 500, "internal", f"internal error: {type(err).__name__}: {err}")
+        payload = orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+        self._count(verb, time.perf_counter() - started)
+        return 200, payload
+
+    def _count(self, verb: str, seconds: float) -> None:
+        m = self.metrics
+        m.requests.labels(verb, "200").inc()
+        m.latency.labels(verb).observe(seconds)
+        errors = getattr(self.source, "errors", 0)
+        if errors != self._source_errors_seen:
+            m.source_errors.labels(self.source.name).inc(errors - self._source_errors_seen)
+            self._source_errors_seen = errors
+        last = self.ext.last
+        if verb in ("filter", "prioritize") and last is not None:
+            ev = last.evaluation
+            unknown = len(ev.known) - int(np.count_nonzero(ev.known))
+            stale = int(np.count_nonzero(ev.known)) - int(np.count_nonzero(ev.fresh))
+            if unknown:
+                m.neutral.labels("unknown").inc(unknown)
+            if stale:
+                m.neutral.labels("stale").inc(stale)
+            if verb == "filter" and ev.failed.any():
+                m.filtered.labels("power_cap").inc(int(np.count_nonzero(ev.failed)))
+            m.predicted_pods.set(len(self.ext.predicted))
+
+
+_REASONS = {200: "200 OK", 400: "400 Bad Request", 404: "404 Not Found", 413: "413 Content Too Large", 500: "500 Internal Server Error"}
+
+
+class VerbFastPath:
+    """WSGI middleware: ``POST {prefix}/<verb>`` goes straight to :class:`VerbEndpoint`.
+
+    The scheduling path skips Flask's request context and routing, which cost more than the
+    policy itself for a 100-node request (docs/benchmarks.md); every other path — health,
+    readiness, metrics, wrong methods, unknown paths — is Flask's.
+    """
+
+    def __init__(self, app: Any, prefix: str, endpoint: VerbEndpoint) -> None:
+        self.app = app
+        self.verb_prefix = prefix + "/"
+        self.endpoint = endpoint
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path: str = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") != "POST" or not path.startswith(self.verb_prefix) or "/" in path[len(self.verb_prefix) :]:
+            return self.app(environ, start_response)
+        raw_length = environ.get("CONTENT_LENGTH")
+        try:
+            length = int(raw_length) if raw_length else None
+        except ValueError:
+            length = None
+        stream = environ["wsgi.input"]
+        status, body = self.endpoint(path[len(self.verb_prefix) :], length, stream.read)
+        start_response(_REASONS.get(status, f"{status} Error"), [("Content-Type", JSON), ("Content-Length", str(len(body)))])
+        return [body]
 
 
 def extender_of(app: Flask) -> Extender:

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,7 @@ class Extender:
         snap = self.source.snapshot()
         arrays = snap.arrays
         index = arrays.index
-        rows = np.fromiter((index.get(n, -1) for n in args.node_names), dtype=np.intp, count=len(args.node_names))
+        rows = np.array(list(map(index.get, args.node_names, repeat(-1))), dtype=np.intp)
         now = self.clock()
         pred_cores, pred_gpus = self.predicted.per_row(index, arrays.updated, now)
         own = self.predicted.placement(wire.pod_identity(args.pod)[2])

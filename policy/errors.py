@@ -18,9 +18,14 @@ class ConfigError(PolicyError):
           policy.band: must be > 0, got 0
     """
 
+    SHOWN = 40  # the message lists this many; ``problems`` keeps them all
+
     def __init__(self, where: str, problems: list[str]) -> None:
         self.where = where
         self.problems = list(problems)
         count = len(self.problems)
         head = f"{where}: {count} problem{'s' if count != 1 else ''}"
-        super().__init__("\n  ".join([head, *self.problems]))
+        lines = self.problems[: self.SHOWN]
+        if count > self.SHOWN:
+            lines.append(f"... and {count - self.SHOWN} more")
+        super().__init__("\n  ".join([head, *lines]))

@@ -291,62 +291,134 @@ def _parse_gpus(value: Any, path: str, check: Checker) -> GpuProfile | None:
     return GpuProfile(int(count), idle, peak, speed, util, model or "")  # type: ignore[arg-type]
 
 
+# Columns of NodeArrays.table, one row per node: selecting candidates is one fancy index.
+COLUMNS = (
+    "cores",
+    "utilisation",
+    "speed",
+    "pue",
+    "carbon_intensity",
+    "measured_watts",
+    "power_cap_watts",
+    "updated",
+    "gpu_count",
+    "gpu_idle_watts",
+    "gpu_max_watts",
+    "gpu_speed",
+    "gpu_utilisation",
+)
+COL = {name: i for i, name in enumerate(COLUMNS)}
+
+
 @dataclass(frozen=True)
 class NodeArrays:
     """Struct-of-arrays view of a profile set, built once per refresh, read per request.
 
-    Row ``i`` describes ``names[i]``; ``index`` maps a node name to its row.
+    Row ``i`` describes ``names[i]``; ``index`` maps a node name to its row. ``table`` holds
+    every per-node number (columns in ``COLUMNS``; NaN where a profile has no measurement,
+    cap or timestamp) and ``curve`` the 11-point power curves; the named attributes are
+    read-only views of the table's columns.
     """
 
     names: tuple[str, ...]
     index: Mapping[str, int]
     curve: np.ndarray  # (n, 11) watts
-    cores: np.ndarray
-    utilisation: np.ndarray
-    speed: np.ndarray
-    pue: np.ndarray
-    carbon_intensity: np.ndarray  # gCO2e/kWh
-    measured_watts: np.ndarray  # NaN where not measured
-    power_cap_watts: np.ndarray  # NaN where uncapped
-    updated: np.ndarray  # NaN for static profiles
-    gpu_count: np.ndarray
-    gpu_idle_watts: np.ndarray
-    gpu_max_watts: np.ndarray
-    gpu_speed: np.ndarray
-    gpu_utilisation: np.ndarray
+    table: np.ndarray  # (n, len(COLUMNS))
 
     @classmethod
     def build(cls, profiles: Sequence[NodeProfile]) -> NodeArrays:
-        def col(values: Sequence[float | None]) -> np.ndarray:
-            return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+        def nan(v: float | None) -> float:
+            return np.nan if v is None else float(v)
 
+        rows = []
+        for p in profiles:
+            g = p.gpus
+            rows.append(
+                (
+                    p.cores,
+                    p.utilisation,
+                    p.speed,
+                    p.pue,
+                    p.carbon_intensity,
+                    nan(p.measured_watts),
+                    nan(p.power_cap_watts),
+                    nan(p.updated),
+                    g.count if g else 0.0,
+                    g.idle_watts if g else 0.0,
+                    g.max_watts if g else 0.0,
+                    g.speed if g else 1.0,
+                    g.utilisation if g else 0.0,
+                )
+            )
         n = len(profiles)
-        gpu = [p.gpus for p in profiles]
+        table = np.array(rows, dtype=np.float64).reshape(n, len(COLUMNS))
         curve = np.array([p.power_curve_watts for p in profiles], dtype=np.float64).reshape(n, CURVE_POINTS)
-        for arr in (curve,):
-            arr.setflags(write=False)
-        arrays = cls(
-            names=tuple(p.name for p in profiles),
-            index={p.name: i for i, p in enumerate(profiles)},
-            curve=curve,
-            cores=col([p.cores for p in profiles]),
-            utilisation=col([p.utilisation for p in profiles]),
-            speed=col([p.speed for p in profiles]),
-            pue=col([p.pue for p in profiles]),
-            carbon_intensity=col([p.carbon_intensity for p in profiles]),
-            measured_watts=col([p.measured_watts for p in profiles]),
-            power_cap_watts=col([p.power_cap_watts for p in profiles]),
-            updated=col([p.updated for p in profiles]),
-            gpu_count=col([g.count if g else 0 for g in gpu]),
-            gpu_idle_watts=col([g.idle_watts if g else 0.0 for g in gpu]),
-            gpu_max_watts=col([g.max_watts if g else 0.0 for g in gpu]),
-            gpu_speed=col([g.speed if g else 1.0 for g in gpu]),
-            gpu_utilisation=col([g.utilisation if g else 0.0 for g in gpu]),
-        )
-        for value in vars(arrays).values():
-            if isinstance(value, np.ndarray):
-                value.setflags(write=False)
-        return arrays
+        table.setflags(write=False)
+        curve.setflags(write=False)
+        return cls(tuple(p.name for p in profiles), {p.name: i for i, p in enumerate(profiles)}, curve, table)
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def column(self, name: str) -> np.ndarray:
+        return self.table[:, COL[name]]
+
+    def with_columns(self, **columns: np.ndarray | float) -> NodeArrays:
+        """A copy with some columns replaced (e.g. live utilisation in the simulator)."""
+        table = self.table.copy()
+        for name, values in columns.items():
+            table[:, COL[name]] = values
+        table.setflags(write=False)
+        return NodeArrays(self.names, self.index, self.curve, table)
+
+    @property
+    def cores(self) -> np.ndarray:
+        return self.column("cores")
+
+    @property
+    def utilisation(self) -> np.ndarray:
+        return self.column("utilisation")
+
+    @property
+    def speed(self) -> np.ndarray:
+        return self.column("speed")
+
+    @property
+    def pue(self) -> np.ndarray:
+        return self.column("pue")
+
+    @property
+    def carbon_intensity(self) -> np.ndarray:
+        return self.column("carbon_intensity")
+
+    @property
+    def measured_watts(self) -> np.ndarray:
+        return self.column("measured_watts")
+
+    @property
+    def power_cap_watts(self) -> np.ndarray:
+        return self.column("power_cap_watts")
+
+    @property
+    def updated(self) -> np.ndarray:
+        return self.column("updated")
+
+    @property
+    def gpu_count(self) -> np.ndarray:
+        return self.column("gpu_count")
+
+    @property
+    def gpu_idle_watts(self) -> np.ndarray:
+        return self.column("gpu_idle_watts")
+
+    @property
+    def gpu_max_watts(self) -> np.ndarray:
+        return self.column("gpu_max_watts")
+
+    @property
+    def gpu_speed(self) -> np.ndarray:
+        return self.column("gpu_speed")
+
+    @property
+    def gpu_utilisation(self) -> np.ndarray:
+        return self.column("gpu_utilisation")

@@ -65,18 +65,20 @@ class Evaluation:
 def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:
     """P(u) for each row's curve, linear between the 11 points.
 
-    Demand beyond the node's capacity (u > 1) is time-shared: the work takes u times as long
-    at full power, so the curve continues as P(1) × u. A saturated node is therefore the
-    most expensive place for more work, never a free one (clipping at 1 would make its
-    marginal power zero and let a full node win every pod of a burst).
+    ``utilisation`` has one value per row, or shape (k, rows) to evaluate k utilisations of
+    every row in one pass. Demand beyond the node's capacity (u > 1) is time-shared: the work
+    takes u times as long at full power, so the curve continues as P(1) × u. A saturated node
+    is therefore the most expensive place for more work, never a free one (clipping at 1
+    would make its marginal power zero and let a full node win every pod of a burst).
     """
     u = np.maximum(utilisation, 0.0)
     x = np.minimum(u, 1.0) * (CURVE_POINTS - 1)
-    lo = np.minimum(np.floor(x).astype(np.intp), CURVE_POINTS - 2)
+    lo = np.minimum(x.astype(np.intp), CURVE_POINTS - 2)
     frac = x - lo
     rows = np.arange(curve.shape[0])
-    inside = curve[rows, lo] * (1.0 - frac) + curve[rows, lo + 1] * frac
-    return inside + np.maximum(u - 1.0, 0.0) * curve[rows, CURVE_POINTS - 1]
+    left = curve[rows, lo]
+    right = curve[rows, lo + 1]
+    return left + (right - left) * frac + np.maximum(u - 1.0, 0.0) * curve[:, CURVE_POINTS - 1]
 
 
 def normalise(cost: np.ndarray, eligible: np.ndarray, band: float) -> np.ndarray:
@@ -117,77 +119,82 @@ def evaluate(
     on each node that its measurements do not show yet.
     """
     rows = np.asarray(rows, dtype=np.intp)
-    known = rows >= 0
-    r = np.where(known, rows, 0)
+    m = rows.shape[0]
     if len(nodes) == 0:
-        # Nothing is known: every candidate is neutral, computed on a dummy row.
-        return _all_unknown(rows.shape[0], cfg)
-    updated = nodes.updated[r]
-    fresh = known & (np.isnan(updated) | (now - updated <= cfg.max_age_seconds))
-
-    cores = nodes.cores[r]
-    extra = np.zeros(rows.shape[0]) if predicted_cores is None else np.asarray(predicted_cores, dtype=np.float64)
-    u_measured = nodes.utilisation[r]
-    u0 = np.maximum(u_measured + extra / cores, 0.0)
-    u1 = u0 + pod.cpu_cores / cores
+        return _all_unknown(m, cfg)
+    known = rows >= 0
+    all_known = bool(known.all())
+    r = rows if all_known else np.where(known, rows, 0)
+    t = nodes.table[r].T  # one gather for every per-node number; rows of t are columns
+    (cores, u_measured, speed_cpu, pue, intensity, measured, cap, updated,
+     gpu_count, gpu_idle, gpu_max, gpu_speed, gpu_util) = t
     curve = nodes.curve[r]
-    p_measured = curve_power(curve, u_measured)
-    p0 = curve_power(curve, u0)
-    cpu_dw = curve_power(curve, u1) - p0
+    with np.errstate(invalid="ignore"):  # NaN timestamps: static profiles are always fresh
+        fresh = known & ~(now - updated > cfg.max_age_seconds)
 
-    gpu_count = nodes.gpu_count[r]
-    gpu_span = nodes.gpu_max_watts[r] - nodes.gpu_idle_watts[r]
-    gpu_busy = nodes.gpu_utilisation[r] * gpu_count
-    if predicted_gpus is not None:
-        gpu_busy = gpu_busy + np.asarray(predicted_gpus, dtype=np.float64) * cfg.gpu_pod_utilisation
-    gpu_now = gpu_count * nodes.gpu_idle_watts[r] + np.minimum(gpu_busy, gpu_count) * gpu_span
+    u0 = u_measured if predicted_cores is None else np.maximum(u_measured + predicted_cores / cores, 0.0)
+    u1 = u0 + pod.cpu_cores / cores
+    p_measured, p0, p1 = curve_power(curve, np.stack((u_measured, u0, u1)))
+    cpu_dw = p1 - p0
+
+    if pod.gpus > 0 or gpu_count.any():
+        gpu_span = gpu_max - gpu_idle
+        gpu_busy = gpu_util * gpu_count
+        if predicted_gpus is not None:
+            gpu_busy = gpu_busy + predicted_gpus * cfg.gpu_pod_utilisation
+        gpu_now = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
+    else:
+        gpu_span = gpu_busy = gpu_now = np.zeros(m)
     if pod.gpus > 0:
         usable = np.minimum(float(pod.gpus), np.maximum(gpu_count - gpu_busy, 0.0))
-        shortfall = gpu_count < pod.gpus
-        gpu_dw = np.where(shortfall, np.inf, usable * cfg.gpu_pod_utilisation * gpu_span)
-        speed = nodes.gpu_speed[r]
+        gpu_dw = np.where(gpu_count < pod.gpus, np.inf, usable * cfg.gpu_pod_utilisation * gpu_span)
+        marginal = cpu_dw + gpu_dw
+        speed = gpu_speed
     else:
-        gpu_dw = np.zeros(rows.shape[0])
-        speed = nodes.speed[r]
+        marginal = cpu_dw
+        speed = speed_cpu
 
-    marginal = cpu_dw + gpu_dw
     base_runtime = pod.runtime_seconds if pod.runtime_seconds is not None else cfg.reference_runtime_seconds
     runtime = base_runtime / speed
     energy = marginal * runtime
     with np.errstate(invalid="ignore"):  # inf energy (a node short of GPUs) × 0 g/kWh
-        carbon = energy / JOULES_PER_KWH * nodes.pue[r] * nodes.carbon_intensity[r]
-    carbon = np.where(np.isinf(energy), np.inf, carbon)
+        carbon = energy * (pue * intensity / JOULES_PER_KWH)
+    if pod.gpus > 0:
+        carbon = np.where(np.isinf(energy), np.inf, carbon)
     cost = energy if cfg.strategy == "energy" else carbon
 
-    measured = nodes.measured_watts[r]
     # Power now: measured where there is a measurement, else the model; plus what the
     # predicted (not yet measured) pods add, plus this pod.
     now_watts = np.where(np.isnan(measured), p_measured + gpu_now, measured) + (p0 - p_measured)
     projected = now_watts + marginal
-    cap = nodes.power_cap_watts[r]
-    failed = np.zeros(rows.shape[0], dtype=bool)
     if cfg.power_cap_enabled:
-        with np.errstate(invalid="ignore"):
-            failed = fresh & ~np.isnan(cap) & (projected > cap * (1.0 - cfg.power_cap_headroom))
+        with np.errstate(invalid="ignore"):  # NaN cap: uncapped, the comparison is False
+            failed = fresh & (projected > cap * (1.0 - cfg.power_cap_headroom))
+    else:
+        failed = np.zeros(m, dtype=bool)
 
     eligible = fresh & ~failed & np.isfinite(cost)
     scores = normalise(cost, eligible, cfg.band)
     scores[~fresh] = cfg.neutral_score
     scores[failed] = 0
+
+    def masked(values: np.ndarray) -> np.ndarray:
+        return values if all_known else np.where(known, values, np.nan)
+
     return Evaluation(
         known=known,
         fresh=fresh,
-        utilisation_before=np.where(known, u0, np.nan),
-        utilisation_after=np.where(known, u1, np.nan),
-        node_watts_before=np.where(known, p0 + gpu_now, np.nan),
-        marginal_watts=np.where(known, marginal, np.nan),
-        runtime_seconds=np.where(known, runtime, np.nan),
-        energy_joules=np.where(known, energy, np.nan),
-        carbon_grams=np.where(known, carbon, np.nan),
-        cost=np.where(known, cost, np.nan),
+        utilisation_before=masked(u0),
+        utilisation_after=masked(u1),
+        node_watts_before=masked(p0 + gpu_now),
+        marginal_watts=masked(marginal),
+        runtime_seconds=masked(runtime),
+        energy_joules=masked(energy),
+        carbon_grams=masked(carbon),
+        cost=masked(cost),
         scores=scores,
         failed=failed,
-        projected_watts=np.where(known, projected, np.nan),
+        projected_watts=masked(projected),
     )
 
 

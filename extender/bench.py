@@ -1,0 +1,270 @@
+"""``joulesched bench``: the extender's latency and throughput against a constant-score floor.
+
+Both servers run on loopback and are driven the way kube-scheduler drives an extender: one
+kept-alive HTTP/1.1 connection, one request at a time (``--connections`` adds parallel
+clients for a throughput figure). The floor is a minimal stdlib extender (ThreadingHTTPServer,
+HTTP/1.1 keep-alive, TCP_NODELAY) that decodes the request with the json module and returns
+a constant score for every node: the cost of Python over HTTP with no policy at all. The
+figures that matter are ratios measured in the same run, on the same noisy machine.
+
+    joulesched bench [--requests N] [--workers W] [--connections C] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import http.server
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from extender.demo import free_port, wait_ready
+
+CURVES = [
+    [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268],
+    [127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619],
+    [63.8, 99.6, 113, 128, 150, 163, 173, 182, 193, 203, 224],
+    [45.6, 70.3, 79.8, 88.8, 97.4, 106, 117, 129, 144, 163, 183],
+]
+SCENARIOS = [("names", 100), ("names", 1000), ("names", 5000), ("nodes", 100), ("nodes", 1000)]
+
+
+def node_name(i: int) -> str:
+    return f"node-{i:05d}"
+
+
+def profile_document(n: int, seed: int = 1) -> dict[str, Any]:
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(n):
+        curve = CURVES[i % len(CURVES)]
+        scale = 0.9 + 0.2 * rng.random()
+        nodes.append(
+            {
+                "name": node_name(i),
+                "cores": 64,
+                "power_curve_watts": [round(w * scale, 2) for w in curve],
+                "utilisation": round(rng.random() * 0.8, 3),
+                "speed": round(0.8 + 0.4 * rng.random(), 3),
+            }
+        )
+    return {"nodes": nodes}
+
+
+def full_node(i: int) -> dict[str, Any]:
+    """A v1.Node about as large as a real one (labels, capacity, conditions, images)."""
+    name = node_name(i)
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"00000000-0000-4000-8000-{i:012d}",
+            "resourceVersion": str(1000 + i),
+            "creationTimestamp": "2026-11-01T00:00:00Z",
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node.kubernetes.io/instance-type": "m6i.16xlarge",
+                "topology.kubernetes.io/zone": f"zone-{i % 3}",
+                "topology.kubernetes.io/region": "region-1",
+            },
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
+        "spec": {"podCIDR": f"10.{i // 256 % 256}.{i % 256}.0/24", "providerID": f"aws:///zone/i-{i:017x}"},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "263835568Ki", "pods": "110", "ephemeral-storage": "507944172Ki"},
+            "allocatable": {"cpu": "63800m", "memory": "261738416Ki", "pods": "110", "ephemeral-storage": "468118597401"},
+            "conditions": [
+                {"type": t, "status": "False" if t != "Ready" else "True", "lastHeartbeatTime": "2026-11-29T00:00:00Z",
+                 "lastTransitionTime": "2026-11-01T00:00:00Z", "reason": f"Kubelet{t}", "message": f"kubelet reports {t}"}
+                for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ],
+            "addresses": [{"type": "InternalIP", "address": f"10.0.{i // 256 % 256}.{i % 256}"}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {"kubeletVersion": "v1.34.4", "containerRuntimeVersion": "containerd://2.1.4", "osImage": "Debian GNU/Linux 13",
+                         "kernelVersion": "6.12.0", "architecture": "amd64", "operatingSystem": "linux"},
+            "images": [{"names": [f"registry.example/app-{k}@sha256:{k:064x}", f"registry.example/app-{k}:v{k}"], "sizeBytes": 10_000_000 * (k + 1)} for k in range(8)],
+        },
+    }
+
+
+def request_body(mode: str, n: int) -> bytes:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bench", "namespace": "default", "uid": "11111111-2222-4333-8444-555555555555",
+                     "labels": {"app": "bench"}, "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "bench", "uid": "x"}]},
+        "spec": {"schedulerName": "joulesched",
+                 "containers": [{"name": "main", "image": "registry.example/app:v1", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]},
+    }
+    if mode == "names":
+        return orjson.dumps({"Pod": pod, "NodeNames": [node_name(i) for i in range(n)]})
+    return orjson.dumps({"Pod": pod, "Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [full_node(i) for i in range(n)]}})
+
+
+# -- the floor ----------------------------------------------------------------------------------
+
+
+class FloorHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as kube-scheduler's client expects
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_POST(self) -> None:  # noqa: N802
+        args = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        names = args.get("NodeNames")
+        if names is None:
+            names = [n["metadata"]["name"] for n in args["Nodes"]["items"]]
+        if self.path.endswith("/prioritize"):
+            reply: Any = [{"Host": n, "Score": 5} for n in names]
+        else:
+            reply = {"Nodes": args.get("Nodes"), "NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+        body = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def run_floor(port: int) -> None:
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), FloorHandler).serve_forever()
+
+
+# -- the client ---------------------------------------------------------------------------------
+
+
+def drive(port: int, path: str, body: bytes, requests: int, warmup: int) -> list[float]:
+    """One kept-alive connection, one request at a time; returns each request's seconds."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Content-Type": "application/json"}
+    latencies = []
+    for i in range(warmup + requests):
+        started = time.perf_counter()
+        conn.request("POST", path, body, headers)
+        reply = conn.getresponse()
+        data = reply.read()
+        elapsed = time.perf_counter() - started
+        if reply.status != 200:
+            raise RuntimeError(f"{path}: HTTP {reply.status}: {data[:200]!r}")
+        if i >= warmup:
+            latencies.append(elapsed)
+    conn.close()
+    return latencies
+
+
+def _drive_worker(args: tuple[int, str, bytes, int, int]) -> list[float]:
+    return drive(*args)
+
+
+def measure(port: int, path: str, body: bytes, requests: int, connections: int) -> dict[str, float]:
+    warmup = max(5, requests // 10)
+    started = time.perf_counter()
+    if connections == 1:
+        latencies = drive(port, path, body, requests, warmup)
+        wall = sum(latencies)
+    else:
+        with mp.Pool(connections) as pool:
+            parts = pool.map(_drive_worker, [(port, path, body, requests, warmup)] * connections)
+        wall = time.perf_counter() - started
+        latencies = [x for p in parts for x in p]
+    latencies.sort()
+    return {
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "requests_per_second": len(latencies) / wall,
+    }
+
+
+def main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="joulesched bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=400, help="measured requests per scenario and connection")
+    p.add_argument("--workers", type=int, default=2, help="gunicorn workers of the extender")
+    p.add_argument("--connections", type=int, default=1, help="parallel kept-alive clients (1: as kube-scheduler)")
+    p.add_argument("--scenarios", default=",".join(f"{m}:{n}" for m, n in SCENARIOS), help="mode:count,... (mode names|nodes)")
+    p.add_argument("--out", help="also write the figures as JSON here")
+    a = p.parse_args(list(argv))
+    scenarios = [(s.split(":")[0], int(s.split(":")[1])) for s in a.scenarios.split(",")]
+    largest = max(n for _, n in scenarios)
+
+    tmp = Path(tempfile.mkdtemp(prefix="joulesched-bench-"))
+    (tmp / "nodes.yaml").write_text(yaml.safe_dump(profile_document(largest)))
+    (tmp / "config.yaml").write_text(yaml.safe_dump({"profiles": {"file": {"path": str(tmp / "nodes.yaml")}}}))
+    ext_port, floor_port = free_port(), free_port()
+    log = (tmp / "extender.log").open("wb")
+    extender = subprocess.Popen(
+        [sys.executable, "-m", "joulesched", "extender", "--config", str(tmp / "config.yaml"),
+         "--listen", f"127.0.0.1:{ext_port}", "--workers", str(a.workers)],
+        stdout=log, stderr=log,
+    )
+    floor = mp.Process(target=run_floor, args=(floor_port,), daemon=True)
+    floor.start()
+    results: list[dict[str, Any]] = []
+    try:
+        wait_ready(ext_port, extender)
+        for mode, n in scenarios:
+            body = request_body(mode, n)
+            requests = a.requests if n <= 1000 else max(50, a.requests // 4)
+            if mode == "nodes" and n >= 1000:
+                requests = max(50, a.requests // 8)
+            for verb in ("prioritize", "filter"):
+                row: dict[str, Any] = {"mode": mode, "nodes": n, "verb": verb, "body_kib": round(len(body) / 1024, 1)}
+                row["floor"] = measure(floor_port, f"/scheduler/{verb}", body, requests, a.connections)
+                row["joulesched"] = measure(ext_port, f"/scheduler/{verb}", body, requests, a.connections)
+                row["p99_ratio"] = row["joulesched"]["p99_ms"] / row["floor"]["p99_ms"]
+                results.append(row)
+                print(_line(row), flush=True)
+    finally:
+        extender.terminate()
+        extender.wait(timeout=20)
+        floor.terminate()
+        log.close()
+    meta = {
+        "command": "joulesched bench " + " ".join(argv),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "workers": a.workers,
+        "connections": a.connections,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if a.out:
+        Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    return 0
+
+
+def _line(row: dict[str, Any]) -> str:
+    j, f = row["joulesched"], row["floor"]
+    label = f"{row['nodes']:>5} {'NodeNames' if row['mode'] == 'names' else 'Nodes':<9} {row['verb']:<10}"
+    return (
+        f"{label} joulesched p50 {j['p50_ms']:7.2f} ms p99 {j['p99_ms']:7.2f} ms {j['requests_per_second']:7.0f}/s | "
+        f"floor p50 {f['p50_ms']:7.2f} ms p99 {f['p99_ms']:7.2f} ms {f['requests_per_second']:7.0f}/s | p99 ratio {row['p99_ratio']:.2f}"
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))

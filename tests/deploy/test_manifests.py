@@ -1,0 +1,92 @@
+"""Every manifest in deploy/ against the Kubernetes schemas, offline (kubernetes-validate).
+
+Kustomize rendering and the server-side dry run (``kubectl apply --dry-run=server``) are
+proved against the real kube-apiserver in tests/e2e; the KubeSchedulerConfiguration is
+loaded by the real kube-scheduler there too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+KUBERNETES_VERSION = "1.34.0"
+# Kinds that are not core API objects: validated elsewhere (see module docstring) or CRDs.
+NOT_CORE_API = {
+    "Kustomization": "kustomize build input",
+    "Component": "kustomize build input",
+    "KubeSchedulerConfiguration": "loaded by the real kube-scheduler in tests/e2e",
+    "ServiceMonitor": "prometheus-operator CRD",
+    "PodMonitor": "prometheus-operator CRD",
+    "PrometheusRule": "prometheus-operator CRD",
+}
+
+
+def manifest_documents() -> list[tuple[str, dict]]:
+    docs = []
+    for path in sorted(DEPLOY.rglob("*.yaml")) + sorted(DEPLOY.rglob("*.yml")):
+        for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
+            if isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc and doc["kind"] not in NOT_CORE_API:
+                docs.append((f"{path.relative_to(DEPLOY)}#{i}", doc))
+    return docs
+
+
+DOCS = manifest_documents()
+
+
+def test_deploy_has_the_expected_objects() -> None:
+    kinds = {(doc["kind"], doc["metadata"]["name"]) for _, doc in DOCS}
+    for expected in [
+        ("Deployment", "joulesched-extender"),
+        ("Service", "joulesched-extender"),
+        ("ServiceAccount", "joulesched-extender"),
+        ("ClusterRole", "joulesched-extender"),
+        ("Deployment", "joulesched-scheduler"),
+        ("Namespace", "joulesched"),
+    ]:
+        assert expected in kinds
+
+
+@pytest.mark.parametrize(("where", "doc"), DOCS, ids=[w for w, _ in DOCS])
+def test_manifest_is_valid_against_the_kubernetes_schema(where: str, doc: dict) -> None:
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_extender_runs_locked_down() -> None:
+    deployment = next(doc for _, doc in DOCS if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "joulesched-extender")
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 2
+    assert "schedulerName" not in spec  # never placed by the scheduler that depends on it
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    container = spec["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert {"readinessProbe", "livenessProbe", "resources"} <= set(container)
+
+
+def test_scheduler_config_wires_the_extender_as_documented() -> None:
+    config = yaml.safe_load((DEPLOY / "scheduler" / "scheduler-config.yaml").read_text())
+    (extender,) = config["extenders"]
+    assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
+    assert extender["urlPrefix"].endswith("/scheduler")
+    assert 1 <= extender["weight"] <= 10
+    timeout = extender["httpTimeout"]
+    assert timeout.endswith("s") and float(timeout.rstrip("ms")) < 5
+    assert [p["schedulerName"] for p in config["profiles"]] == ["joulesched"]
+
+
+def test_extender_config_in_deploy_is_valid() -> None:
+    from extender.config import parse_config
+
+    doc = yaml.safe_load((DEPLOY / "extender" / "config.yaml").read_text())
+    config = parse_config(doc, "deploy/extender/config.yaml")
+    assert config.source == "prometheus" and config.watch_pods
+
+
+def test_extender_rbac_is_read_only_on_pods() -> None:
+    role = next(doc for _, doc in DOCS if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "joulesched-extender")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
