@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: system packages, a virtual environment with the
+# project and its test tools, the upstream Kubernetes binaries (built once, cached), then
+# lint, type checks and pytest. `.ci/run` runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+log() { printf '\n== %s\n' "$*"; }
+
+# 1. System packages the tests run for real: Prometheus and promtool, etcd for the
+#    kube-apiserver, ipmitool and freeipmi against a simulated BMC, openssl for certificates.
+declare -A provides=([prometheus]=prometheus [promtool]=prometheus [etcd]=etcd-server
+                     [ipmitool]=ipmitool [ipmi-dcmi]=freeipmi-tools [openssl]=openssl)
+missing=()
+for binary in "${!provides[@]}"; do
+  command -v "$binary" >/dev/null 2>&1 || missing+=("${provides[$binary]}")
+done
+if ((${#missing[@]})); then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  log "installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian starts a system Prometheus on :9090 when it installs it; the tests start their own.
+
+# 2. The project and its test tools in .venv.
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  python3 -m venv .venv
+fi
+log "installing joulesched[test] into .venv"
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+export PATH="$root/.venv/bin:$PATH"
+
+# 3. kube-apiserver, kube-scheduler and kubectl of the pinned release (cached outside the clone).
+if command -v go >/dev/null 2>&1 || [ -n "${CI:-}" ]; then
+  log "Kubernetes binaries"
+  JOULESCHED_K8S_BIN_DIR=$(hack/build-k8s.sh | tail -n 1)
+  export JOULESCHED_K8S_BIN_DIR
+fi
+
+# 4. Lint, types, tests.
+log "ruff"
+ruff check .
+log "mypy (strict on policy/)"
+mypy policy extender
+log "pytest"
+set +e
+python -m pytest --cov=policy --cov=extender --cov=measurement --cov=sim --cov-report=term:skip-covered "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$status"
