@@ -36,7 +36,7 @@ log "installing joulesched[test] into .venv"
 export PATH="$root/.venv/bin:$PATH"
 
 # 3. kube-apiserver, kube-scheduler and kubectl of the pinned release (cached outside the clone).
-if command -v go >/dev/null 2>&1 || [ -n "${CI:-}" ]; then
+if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || [ -n "${CI:-}" ]; then
   log "Kubernetes binaries"
   JOULESCHED_K8S_BIN_DIR=$(hack/build-k8s.sh | tail -n 1)
   export JOULESCHED_K8S_BIN_DIR
