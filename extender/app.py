@@ -29,7 +29,7 @@ from extender import wire
 from extender.config import ExtenderConfig
 from extender.metrics import ExtenderMetrics, NodeGaugeWriter
 from extender.predicted import PredictedLoad
-from extender.profiles import FileSource, PrometheusSource, ProfileSource
+from extender.profiles import FileSource, ProfileSource, PrometheusSource
 from extender.service import BindDisabled, Extender
 from policy.errors import PolicyError
 

@@ -35,7 +35,7 @@ import yaml
 
 from extender.demo import free_port, wait_ready
 
-CURVES = [
+CURVES: list[list[float]] = [
     [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268],
     [127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619],
     [63.8, 99.6, 113, 128, 150, 163, 173, 182, 193, 203, 224],
@@ -126,7 +126,7 @@ class FloorHandler(http.server.BaseHTTPRequestHandler):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         args = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         names = args.get("NodeNames")
         if names is None:
@@ -142,7 +142,7 @@ class FloorHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()

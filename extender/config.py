@@ -109,7 +109,7 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
     listen = check.string(root, "listen", "", default=d.listen) or d.listen
     _check_listen(listen, "listen", check)
     prefix = check.string(root, "prefix", "", default=d.prefix) or d.prefix
-    if not prefix.startswith("/") or prefix.endswith("/") and prefix != "/":
+    if not prefix.startswith("/") or (prefix.endswith("/") and prefix != "/"):
         check.problem("prefix", f"must start with '/' and not end with '/', got {prefix!r}")
     max_bytes = check.number(root, "max_request_bytes", "", default=float(d.max_request_bytes), minimum=1024)
 

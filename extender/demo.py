@@ -85,7 +85,7 @@ def run_demo(config_path: str | None) -> int:
     finally:
         proc.terminate()
         try:
-            _, err_out = proc.communicate(timeout=15)
+            proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
     print(f"extender on 127.0.0.1:{port} — {ready}")

@@ -86,10 +86,12 @@ class PodBindingWatch:
 
         api = client.CoreV1Api(api_client(self.kubeconfig))
         listing = api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", _request_timeout=30)
-        self._bound = {p.metadata.uid for p in listing.items}
+        self._bound = {p.metadata.uid for p in listing.items if p.metadata is not None and p.metadata.uid}
         w = watch.Watch()
         for event in w.stream(
-            api.list_pod_for_all_namespaces, resource_version=listing.metadata.resource_version, timeout_seconds=300
+            api.list_pod_for_all_namespaces,
+            resource_version=listing.metadata.resource_version if listing.metadata else None,
+            timeout_seconds=300,
         ):
             if self._stop.is_set():
                 w.stop()

@@ -50,18 +50,17 @@ class ExtenderMetrics:
         self.source_errors = Counter(
             _base(m.EXT_SOURCE_ERRORS), m.EXT_SOURCE_ERRORS.help, labels(m.EXT_SOURCE_ERRORS), registry=reg
         )
-        mode = "mostrecent"
         self.node_score = Gauge(
-            m.EXT_NODE_SCORE.name, m.EXT_NODE_SCORE.help, labels(m.EXT_NODE_SCORE), registry=reg, multiprocess_mode=mode
+            m.EXT_NODE_SCORE.name, m.EXT_NODE_SCORE.help, labels(m.EXT_NODE_SCORE), registry=reg, multiprocess_mode="mostrecent"
         )
         self.marginal_watts = Gauge(
             m.EXT_MARGINAL_WATTS.name,
             m.EXT_MARGINAL_WATTS.help,
             labels(m.EXT_MARGINAL_WATTS),
             registry=reg,
-            multiprocess_mode=mode,
+            multiprocess_mode="mostrecent",
         )
-        self.data_age = Gauge(m.EXT_DATA_AGE.name, m.EXT_DATA_AGE.help, registry=reg, multiprocess_mode=mode)
+        self.data_age = Gauge(m.EXT_DATA_AGE.name, m.EXT_DATA_AGE.help, registry=reg, multiprocess_mode="mostrecent")
         self.predicted_pods = Gauge(
             m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="livesum"
         )

@@ -92,7 +92,9 @@ class Extender:
         d = self.decide(args)
         failed = d.evaluation.failed
         passed = np.flatnonzero(~failed).tolist()
-        unresolvable = {args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed)}
+        unresolvable = {
+            args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed).tolist()
+        }
         return wire.filter_result(args, passed, {}, unresolvable)
 
     def prioritize(self, body: bytes) -> list[dict[str, Any]]:

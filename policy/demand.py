@@ -152,7 +152,7 @@ def demand_from_pod(pod: Mapping[str, Any]) -> PodDemand:
     basis = "requests"
     if cpu == 0.0:
         cpu, basis = DEFAULT_MILLI_CPU_REQUEST / 1000.0, "default"
-    return PodDemand(cpu, mem, int(round(gpu)), _runtime(pod), basis)
+    return PodDemand(cpu, mem, round(gpu), _runtime(pod), basis)
 
 
 def _runtime(pod: Mapping[str, Any]) -> float | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -218,7 +219,7 @@ def _parse_node(item: Any, path: str, sites: Mapping[str, Site], check: Checker)
     if curve is not None:
         if "idle_watts" in body or "watts_per_core" in body:
             check.problem(path, "give either power_curve_watts or idle_watts + watts_per_core, not both")
-        elif any(b < a for a, b in zip(curve, curve[1:], strict=False)):
+        elif any(b < a for a, b in pairwise(curve)):
             check.problem(f"{path}.power_curve_watts", "must not decrease with load")
     else:
         idle = check.number(body, "idle_watts", path, minimum=0.0)

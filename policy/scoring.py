@@ -78,7 +78,8 @@ def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:
     rows = np.arange(curve.shape[0])
     left = curve[rows, lo]
     right = curve[rows, lo + 1]
-    return left + (right - left) * frac + np.maximum(u - 1.0, 0.0) * curve[:, CURVE_POINTS - 1]
+    power: np.ndarray = left + (right - left) * frac + np.maximum(u - 1.0, 0.0) * curve[:, CURVE_POINTS - 1]
+    return power
 
 
 def normalise(cost: np.ndarray, eligible: np.ndarray, band: float) -> np.ndarray:

@@ -81,7 +81,7 @@ class Checker:
         key: str,
         path: str,
         *,
-        default: float | None | object = _MISSING,
+        default: float | object | None = _MISSING,
         minimum: float | None = None,
         exclusive_minimum: float | None = None,
         maximum: float | None = None,
@@ -118,7 +118,7 @@ class Checker:
         key: str,
         path: str,
         *,
-        default: str | None | object = _MISSING,
+        default: str | object | None = _MISSING,
         choices: Iterable[str] | None = None,
     ) -> str | None:
         where = _join(path, key)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-KUBERNETES_VERSION = "1.34.0"
+KUBERNETES_VERSION = "1.37.0"  # the release tests/e2e runs (hack/build-k8s.sh)
 # Kinds that are not core API objects: validated elsewhere (see module docstring) or CRDs.
 NOT_CORE_API = {
     "Kustomization": "kustomize build input",

@@ -54,7 +54,7 @@ def test_unknown_verb_and_wrong_method(client: FlaskClient) -> None:
 
 
 def test_body_over_the_limit_is_413_before_it_is_read(make_app) -> None:  # type: ignore[no-untyped-def]
-    app, metrics = make_app({"max_request_bytes": 2048})
+    app, _ = make_app({"max_request_bytes": 2048})
     c = app.test_client()
     big = orjson.dumps({"Pod": make_pod(), "NodeNames": [f"node-{i}" for i in range(500)]})
     status, reply = post(c, "prioritize", big)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from tests.extender.support import Clock, make_node, make_pod, post
 from flask.testing import FlaskClient
 from prometheus_client import generate_latest
+
+from tests.extender.support import Clock, make_node, make_pod, post
 
 NAMES = ["efficient", "hungry", "capped", "stranger"]
 
