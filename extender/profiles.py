@@ -14,8 +14,8 @@ import os
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +39,8 @@ class Snapshot:
     loaded_at: float  # when this content was read (0: never)
     version: int  # increases with each new content
     error: str = ""  # the last refresh's failure, if it failed
+    # observed mean CPU cores per pod of an owner: (namespace, kind, name) -> cores
+    owner_cores: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
@@ -134,10 +136,21 @@ _SITE_GAUGES = (m.SITE_PUE, m.SITE_CARBON, m.SITE_WUE, m.SITE_RENEWABLE)
 
 def profile_queries() -> tuple[str, str]:
     """The two instant queries: every profile gauge, and when each node was last measured."""
-    pattern = "|".join(g.name for g in (*_NODE_GAUGES, *_SITE_GAUGES))
+    pattern = "|".join(g.name for g in (*_NODE_GAUGES, *_SITE_GAUGES, m.OWNER_CPU_CORES))
     values = f'{{__name__=~"{pattern}"}}'
     measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_PLATFORM_POWER.name}))"
     return values, measured
+
+
+def owner_cores_from_samples(values: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
+    """Observed CPU cores per pod of each owner, from the same query results."""
+    owners: dict[tuple[str, str, str], float] = {}
+    for sample in values:
+        labels = sample.get("metric", {})
+        if labels.get("__name__") == m.OWNER_CPU_CORES.name:
+            key = (labels.get(m.L_NAMESPACE, ""), labels.get(m.L_OWNER_KIND, ""), labels.get(m.L_OWNER, ""))
+            owners[key] = max(owners.get(key, 0.0), float(sample["value"][1]))
+    return owners
 
 
 def profiles_from_samples(values: list[dict[str, Any]], measured: list[dict[str, Any]]) -> tuple[ProfileSet, list[str]]:
@@ -152,6 +165,8 @@ def profiles_from_samples(values: list[dict[str, Any]], measured: list[dict[str,
         labels = sample.get("metric", {})
         name = labels.get("__name__", "")
         value = float(sample["value"][1])
+        if name == m.OWNER_CPU_CORES.name:
+            continue
         if name in {g.name for g in _SITE_GAUGES}:
             if m.L_SITE in labels:
                 sites[labels[m.L_SITE]][name] = value
@@ -277,16 +292,19 @@ class PrometheusSource:
             values = self._client.custom_query(values_q, params=params, timeout=self._timeout)
             measured = self._client.custom_query(measured_q, params=params, timeout=self._timeout)
             profiles, skipped = profiles_from_samples(values, measured)
+            owners = owner_cores_from_samples(values)
         except Exception as err:  # the client raises many types; none may reach the scheduler
             self.errors += 1
             log.warning("prometheus %s: keeping the last good profiles: %s", self.url, err)
             old = self._last
             # version moves on so that the first-load wait happens once only
-            self._last = Snapshot(old.profiles, old.arrays, old.loaded_at, old.version + 1, f"prometheus {self.url}: {err}")
+            self._last = Snapshot(
+                old.profiles, old.arrays, old.loaded_at, old.version + 1, f"prometheus {self.url}: {err}", old.owner_cores
+            )
             return self._last
         for line in skipped:
             if line not in self._warned:
                 self._warned.add(line)
                 log.info("neutral score until measured: %s", line)
-        self._last = Snapshot(profiles, NodeArrays.build(profiles.nodes), self.clock(), self._last.version + 1)
+        self._last = Snapshot(profiles, NodeArrays.build(profiles.nodes), self.clock(), self._last.version + 1, "", owners)
         return self._last

@@ -21,7 +21,7 @@ from extender import wire
 from extender.predicted import PredictedLoad
 from extender.profiles import ProfileSource, Snapshot
 from policy.config import PolicyConfig
-from policy.demand import PodDemand, demand_from_pod
+from policy.demand import PodDemand, demand_from_pod, owner_of
 from policy.scoring import REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,11 @@ class Extender:
     def decide(self, args: wire.ExtenderArgs) -> Decision:
         demand = demand_from_pod(args.pod)
         snap = self.source.snapshot()
+        if snap.owner_cores:
+            owner = owner_of(args.pod)
+            observed = snap.owner_cores.get(owner) if owner is not None else None
+            if observed is not None and observed > 0:
+                demand = demand.with_observed_cpu(observed)
         arrays = snap.arrays
         index = arrays.index
         rows = np.array(list(map(index.get, args.node_names, repeat(-1))), dtype=np.intp)

@@ -155,6 +155,32 @@ def demand_from_pod(pod: Mapping[str, Any]) -> PodDemand:
     return PodDemand(cpu, mem, round(gpu), _runtime(pod), basis)
 
 
+NEXTFLOW_PROCESS_LABEL = "nextflow.io/processName"
+
+
+def owner_of(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, kind, name) of what a pod's usage is observed under, or None.
+
+    The controller in ``ownerReferences`` (a ReplicaSet, Job, StatefulSet...), or for a
+    Nextflow task pod — which has no controller — its workflow process
+    (kind ``NextflowProcess``, from the ``nextflow.io/processName`` label). The agent keys
+    ``joulesched_owner_cpu_cores`` the same way.
+    """
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    namespace = str(meta.get("namespace") or "")
+    refs = meta.get("ownerReferences")
+    if isinstance(refs, list):
+        for ref in refs:
+            if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") and ref.get("name"):
+                return namespace, str(ref["kind"]), str(ref["name"])
+    labels = meta.get("labels")
+    if isinstance(labels, Mapping) and isinstance(labels.get(NEXTFLOW_PROCESS_LABEL), str):
+        return namespace, "NextflowProcess", labels[NEXTFLOW_PROCESS_LABEL]
+    return None
+
+
 def _runtime(pod: Mapping[str, Any]) -> float | None:
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None

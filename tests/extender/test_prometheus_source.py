@@ -47,6 +47,8 @@ AGENTS = f"""\
 # TYPE {m.SITE_PUE.name} gauge
 {m.SITE_PUE.name}{{site="north"}} 1.1
 {m.SITE_PUE.name}{{site="south"}} 1.5
+# TYPE {m.OWNER_CPU_CORES.name} gauge
+{m.OWNER_CPU_CORES.name}{{namespace="default",owner_kind="Job",owner="align"}} 1.5
 # TYPE {m.SITE_CARBON.name} gauge
 {m.SITE_CARBON.name}{{site="north"}} 55
 {m.SITE_CARBON.name}{{site="south"}} 440
@@ -95,6 +97,12 @@ def test_extender_scores_from_prometheus_and_goes_neutral_when_it_fails(
     assert c.get("/readyz").status_code == 200
     filt = orjson.loads(c.post("/scheduler/filter", data=body).data)
     assert "grey" in filt["FailedAndUnresolvableNodes"]  # 216 W + 48 W > 230 W × 0.95
+
+    # A pod whose owner the agents have observed is scored on what its siblings really use.
+    pod = make_pod("8")
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "align", "uid": "j", "controller": True}]
+    explain = orjson.loads(c.post("/scheduler/explain", data=orjson.dumps({"Pod": pod, "NodeNames": ["green"]})).data)
+    assert explain["demand"]["cpu_cores"] == 1.5 and explain["demand"]["basis"] == "observed"
 
     server.stop()  # Prometheus goes away: no error reaches kube-scheduler, scores age to neutral
     deadline = time.monotonic() + 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policy.config import PolicyConfig, parse_policy
-from policy.demand import DEFAULT_MILLI_CPU_REQUEST, RUNTIME_ANNOTATION, demand_from_pod, parse_quantity
+from policy.demand import DEFAULT_MILLI_CPU_REQUEST, RUNTIME_ANNOTATION, demand_from_pod, owner_of, parse_quantity
 from policy.errors import ConfigError, PolicyError
 from policy.profile import ProfileSet, parse_profiles
 from policy.validate import Checker
@@ -146,3 +146,13 @@ def test_runtime_annotation() -> None:
 def test_malformed_pods_are_rejected_naming_the_field(bad: dict, where: str) -> None:
     with pytest.raises(PolicyError, match=where):
         demand_from_pod(bad)
+
+
+def test_owner_is_the_controller_or_the_nextflow_process() -> None:
+    p = pod([res("1")])
+    p["metadata"].update(namespace="ns", ownerReferences=[{"kind": "ReplicaSet", "name": "web-5d4f", "controller": True}])
+    assert owner_of(p) == ("ns", "ReplicaSet", "web-5d4f")
+    task = pod([res("1")])
+    task["metadata"].update(namespace="wf", labels={"nextflow.io/processName": "NFCORE_RNASEQ:FASTQC"})
+    assert owner_of(task) == ("wf", "NextflowProcess", "NFCORE_RNASEQ:FASTQC")
+    assert owner_of(pod([res("1")])) is None
