@@ -71,7 +71,7 @@ def create_app(
     metrics = metrics or ExtenderMetrics()
     predicted = PredictedLoad(config.predicted_ttl_seconds, config.predicted_settle_seconds)
     binder = make_binder(config) if config.bind_enabled else None
-    ext = Extender(source, config.policy, predicted, clock=clock, binder=binder)
+    ext = Extender(source, config.policy, predicted, clock=clock, binder=binder, server_id_label=config.server_id_label)
     gauges = NodeGaugeWriter(metrics, lambda: ext.last)
     if background:
         gauges.start()
@@ -79,6 +79,10 @@ def create_app(
             from extender.kube import PodBindingWatch
 
             PodBindingWatch(config.kubeconfig, predicted, clock).start()
+        if config.watch_nodes:
+            from extender.kube import NodeServerWatch
+
+            NodeServerWatch(config.kubeconfig, config.server_id_label, ext).start()
 
     app = Flask("joulesched-extender")
     app.extensions["joulesched"] = {"extender": ext, "metrics": metrics, "gauges": gauges, "config": config}

@@ -21,6 +21,9 @@
       watch_pods: false            # watch pod bindings through the Kubernetes API
     bind:
       enabled: false               # serve the bind verb (binds through the Kubernetes API)
+    servers:                       # virtualised clusters: profiles are per physical server
+      label: joulesched.io/server-id   # the node label naming a node's physical server
+      watch_nodes: false           # watch nodes for that label (NodeNames mode needs it)
     kubeconfig: ""                 # empty: in-cluster config
     server: {workers: 2, threads: 4, timeout_seconds: 30, keepalive_seconds: 75}
 """
@@ -69,6 +72,8 @@ class ExtenderConfig:
     predicted_settle_seconds: float = 30.0
     watch_pods: bool = False
     bind_enabled: bool = False
+    server_id_label: str = "joulesched.io/server-id"
+    watch_nodes: bool = False
     kubeconfig: str = ""
     server: ServerConfig = field(default_factory=ServerConfig)
 
@@ -89,6 +94,7 @@ TOP_FIELDS = (
     "policy",
     "predicted_load",
     "bind",
+    "servers",
     "kubeconfig",
     "server",
 )
@@ -146,6 +152,10 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
     check.unknown_keys(bind, ("enabled",), "bind")
     bind_enabled = check.boolean(bind, "enabled", "bind", default=d.bind_enabled)
     kubeconfig = check.string(root, "kubeconfig", "", default="") or ""
+    servers = check.mapping(root.get("servers"), "servers")
+    check.unknown_keys(servers, ("label", "watch_nodes"), "servers")
+    server_label = check.string(servers, "label", "servers", default=d.server_id_label) or d.server_id_label
+    watch_nodes = check.boolean(servers, "watch_nodes", "servers", default=d.watch_nodes)
 
     srv = check.mapping(root.get("server"), "server")
     check.unknown_keys(srv, ("workers", "threads", "timeout_seconds", "keepalive_seconds"), "server")
@@ -173,6 +183,8 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         predicted_settle_seconds=settle if settle is not None else d.predicted_settle_seconds,
         watch_pods=watch,
         bind_enabled=bind_enabled,
+        server_id_label=server_label,
+        watch_nodes=watch_nodes,
         kubeconfig=kubeconfig,
         server=ServerConfig(int(workers or ds.workers), int(threads or ds.threads), srv_timeout or ds.timeout_seconds, keepalive or ds.keepalive_seconds),
     )

@@ -49,20 +49,14 @@ class Binder:
         self._api.create_namespaced_pod_binding(args.pod_name, args.pod_namespace, body, _preload_content=False)
 
 
-class PodBindingWatch:
-    """Watches pods cluster-wide and records every new binding as predicted load.
+class _Watch:
+    """A daemon thread that lists and watches, retrying with back-off; never raises."""
 
-    Pods already bound when the watch starts are taken as measured. Deleted pods are
-    forgotten. Failures are logged and retried with back-off; they never reach a request.
-    """
+    name = "watch"
 
-    def __init__(self, kubeconfig: str, predicted: PredictedLoad, clock: Callable[[], float] = time.time) -> None:
-        self.kubeconfig = kubeconfig
-        self.predicted = predicted
-        self.clock = clock
+    def __init__(self) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pod-binding-watch", daemon=True)
-        self._bound: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -77,9 +71,67 @@ class PodBindingWatch:
                 self._watch_once()
                 backoff = 1.0
             except Exception as err:
-                log.warning("pod binding watch failed, retrying in %.0f s: %s", backoff, err)
+                log.warning("%s failed, retrying in %.0f s: %s", self.name, backoff, err)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
+
+    def _watch_once(self) -> None:
+        raise NotImplementedError
+
+
+class NodeServerWatch(_Watch):
+    """Keeps ``extender.node_servers`` (node name -> physical server id) from node labels.
+
+    RBAC: list and watch nodes. The map is replaced whole on each change, never mutated, so
+    readers need no lock.
+    """
+
+    name = "node-server-watch"
+
+    def __init__(self, kubeconfig: str, label: str, extender: Any) -> None:
+        super().__init__()
+        self.kubeconfig = kubeconfig
+        self.label = label
+        self.extender = extender
+
+    def _watch_once(self) -> None:
+        from kubernetes import client, watch
+
+        api = client.CoreV1Api(api_client(self.kubeconfig))
+        listing = api.list_node(label_selector=self.label, _request_timeout=30)
+        servers = {n.metadata.name: n.metadata.labels[self.label] for n in listing.items if n.metadata and n.metadata.labels}
+        self.extender.node_servers = servers
+        w = watch.Watch()
+        for event in w.stream(api.list_node, resource_version=listing.metadata.resource_version if listing.metadata else None, timeout_seconds=300):
+            if self._stop.is_set():
+                w.stop()
+                return
+            node = event["object"]
+            name = node.metadata.name
+            server = (node.metadata.labels or {}).get(self.label)
+            current = dict(self.extender.node_servers)
+            if event["type"] == "DELETED" or not server:
+                current.pop(name, None)
+            else:
+                current[name] = server
+            self.extender.node_servers = current
+
+
+class PodBindingWatch(_Watch):
+    """Watches pods cluster-wide and records every new binding as predicted load.
+
+    Pods already bound when the watch starts are taken as measured. Deleted pods are
+    forgotten. Failures are logged and retried with back-off; they never reach a request.
+    """
+
+    name = "pod-binding-watch"
+
+    def __init__(self, kubeconfig: str, predicted: PredictedLoad, clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.kubeconfig = kubeconfig
+        self.predicted = predicted
+        self.clock = clock
+        self._bound: set[str] = set()
 
     def _watch_once(self) -> None:
         from kubernetes import client, watch

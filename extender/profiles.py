@@ -46,6 +46,11 @@ class Snapshot:
     def ready(self) -> bool:
         return self.loaded_at > 0
 
+    @property
+    def server_rows(self) -> Mapping[str, int]:
+        """Profile row of each physical server id (provider mode: profiles of hosts)."""
+        return {p.server_id: i for i, p in enumerate(self.profiles.nodes) if p.server_id}
+
 
 EMPTY = ProfileSet(())
 

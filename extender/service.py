@@ -27,6 +27,7 @@ from policy.scoring import REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
 log = logging.getLogger(__name__)
 
 Binder = Callable[[wire.BindingArgs], None]  # raises on failure
+SERVER_ID_LABEL = "joulesched.io/server-id"
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Extender:
         predicted: PredictedLoad,
         clock: Callable[[], float] = time.time,
         binder: Binder | None = None,
+        server_id_label: str = SERVER_ID_LABEL,
     ) -> None:
         self.source = source
         self.policy = policy
@@ -56,6 +58,10 @@ class Extender:
         self.clock = clock
         self.binder = binder
         self.last: Decision | None = None  # read by the metrics thread
+        self.server_id_label = server_id_label
+        # node name -> physical server id, replaced whole by the node watch (never mutated)
+        self.node_servers: Mapping[str, str] = {}
+        self._alias: tuple[tuple[int, int], Mapping[str, int]] | None = None
 
     # -- the shared step ----------------------------------------------------------------------
 
@@ -68,7 +74,7 @@ class Extender:
             if observed is not None and observed > 0:
                 demand = demand.with_observed_cpu(observed)
         arrays = snap.arrays
-        index = arrays.index
+        index = self._index(snap, args)
         rows = np.array(list(map(index.get, args.node_names, repeat(-1))), dtype=np.intp)
         now = self.clock()
         pred_cores, pred_gpus = self.predicted.per_row(index, arrays.updated, now)
@@ -89,6 +95,38 @@ class Extender:
         decision = Decision(args, demand, snap, rows, evaluation, now)
         self.last = decision
         return decision
+
+    def _index(self, snap: Snapshot, args: wire.ExtenderArgs) -> Mapping[str, int]:
+        """Node name -> profile row, including nodes that stand on a profiled physical server.
+
+        In a virtualised cluster the agents run on the hosts, so profiles are per physical
+        server; a Kubernetes node names its server in the ``server_id_label`` label, known from
+        the node watch (NodeNames mode) or from the request's Node objects (Nodes mode).
+        """
+        index = snap.arrays.index
+        servers = self.node_servers
+        if args.nodes is not None:
+            from_request = {}
+            for node in args.nodes:
+                labels = (node.get("metadata") or {}).get("labels")
+                if isinstance(labels, Mapping) and isinstance(labels.get(self.server_id_label), str):
+                    from_request[node["metadata"]["name"]] = labels[self.server_id_label]
+            if from_request:
+                servers = {**servers, **from_request}
+        if not servers:
+            return index
+        key = (snap.version, id(servers))
+        if self._alias is not None and self._alias[0] == key:
+            return self._alias[1]
+        server_rows = snap.server_rows
+        alias = dict(index)
+        for node_name, server in servers.items():
+            row = server_rows.get(server)
+            if row is not None and node_name not in index:
+                alias[node_name] = row
+        if servers is self.node_servers:
+            self._alias = (key, alias)
+        return alias
 
     # -- verbs ----------------------------------------------------------------------------------
 

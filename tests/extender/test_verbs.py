@@ -178,3 +178,34 @@ def test_health_and_readiness(client: FlaskClient) -> None:
     assert client.get("/healthz").status_code == 200
     ready = client.get("/readyz")
     assert ready.status_code == 200 and b"3 node profiles from file" in ready.data
+
+
+def test_virtual_nodes_are_scored_on_the_profile_of_their_physical_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+    from prometheus_client import CollectorRegistry
+
+    from extender.app import create_app
+    from extender.config import parse_config
+    from extender.metrics import ExtenderMetrics
+    from tests.extender.support import CURVE
+
+    path = tmp_path / "hosts.yaml"
+    hosts = [
+        {"name": "host-a", "server_id": "srv-a", "cores": 64, "power_curve_watts": CURVE},
+        {"name": "host-b", "server_id": "srv-b", "cores": 64, "power_curve_watts": [2 * w for w in CURVE]},
+    ]
+    path.write_text(yaml.safe_dump({"nodes": hosts}))
+    app = create_app(parse_config({"profiles": {"file": {"path": str(path)}}}, "t"), metrics=ExtenderMetrics(CollectorRegistry()), background=False)
+    c = app.test_client()
+    label = "joulesched.io/server-id"
+    items = [
+        {"metadata": {"name": "vm-1", "labels": {label: "srv-b"}}},
+        {"metadata": {"name": "vm-2", "labels": {label: "srv-a"}}},
+        {"metadata": {"name": "vm-3"}},
+    ]
+    expected = [{"Host": "vm-1", "Score": 0}, {"Host": "vm-2", "Score": 10}, {"Host": "vm-3", "Score": 5}]
+    # Nodes mode: the labels come with the request.
+    assert post(c, "prioritize", {"Pod": make_pod(), "Nodes": {"items": items}}) == (200, expected)
+    # NodeNames mode: the labels come from the node watch.
+    app.extensions["joulesched"]["extender"].node_servers = {"vm-1": "srv-b", "vm-2": "srv-a"}
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["vm-1", "vm-2", "vm-3"]}) == (200, expected)
