@@ -1,0 +1,126 @@
+"""Provider-mode configuration, host inventory from replica trees, and the snapshot adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from measurement.nadiki import counter_samples, parse_provider_config
+from measurement.nadiki.config import DEFAULT_FIELDS
+from measurement.nadiki.inventory import discover
+from measurement.snapshot import ZoneSnapshot
+from measurement.sources.base import Roots
+from policy.errors import ConfigError
+
+
+def test_the_smallest_config_takes_every_default() -> None:
+    config = parse_provider_config(
+        {"registrar_url": "https://registry.example/v1", "server": {"facility_id": "F", "rack_id": "R"}}
+    )
+    assert (config.precision, config.state_file, config.discover) == (
+        "s",
+        "/var/lib/joulesched/nadiki-server.json",
+        True,
+    )
+    assert config.server.cooling_type == "air"
+    assert config.fields == DEFAULT_FIELDS
+
+
+def test_every_problem_is_reported_at_once_with_its_path() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_provider_config(
+            {
+                "registrar_url": "ftp://registry",
+                "precision": "h",
+                "max_backlog_lines": "100",
+                "fields": {"server_energy_consumption_joules": "ipmi_dcmi"},
+                "colour": "blue",
+                "server": {
+                    "rack_id": "R",
+                    "cooling_type": "water",
+                    "total_cpu_sockets": 0,
+                    "storage_devices": [{"vendor": "X", "capacity": -1, "type": "tape"}],
+                    "installed_cpus": [{"vendor": "Intel"}],
+                    "rated_power": "1 kW",
+                },
+            }
+        )
+    problems = "\n".join(info.value.problems)
+    for expected in [
+        "nadiki.registrar_url: must be an http(s) URL",
+        "nadiki.precision: must be one of s, ms, us, ns, got 'h'",
+        "nadiki.max_backlog_lines: must be an integer, got '100'",
+        "nadiki.fields.server_energy_consumption_joules: must be a non-empty list of source names",
+        "nadiki.colour: unknown field",
+        "nadiki.server.facility_id: is required",
+        "nadiki.server.cooling_type: must be one of direct-to-chip, immersion, back-door-liquid, back-door-fan, air",
+        "nadiki.server.total_cpu_sockets: must be >= 1, got 0",
+        "nadiki.server.storage_devices[0].capacity: must be > 0",
+        "nadiki.server.storage_devices[0].type: must be one of NVMe, SSD, HDD, Other",
+        "nadiki.server.installed_cpus[0].type: is required",
+        "nadiki.server.rated_power: must be a number",
+    ]:
+        assert expected in problems
+
+
+def test_an_arm_host_without_memory_blocks_is_described_as_far_as_it_can_be(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cpuinfo").write_text(
+        "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
+        "processor\t: 1\nCPU implementer\t: 0x41\n"
+    )
+    (proc / "meminfo").write_text("MemTotal:       263680000 kB\n")
+    facts = discover(Roots(sysfs=str(tmp_path / "sys"), procfs=str(proc)))
+    assert facts.cpus == () and facts.memory_gb == 252
+    notes = " | ".join(facts.notes)
+    assert "names no CPU vendor or model" in notes and "estimated from MemTotal" in notes
+
+
+def _zone(source: str, zone: str, domain: str, joules: float, parent: str | None = None) -> ZoneSnapshot:
+    return ZoneSnapshot(source, zone, domain, "counter", parent, None, joules, None, True)
+
+
+def test_snapshot_totals_per_source_never_count_a_part_on_top_of_its_whole() -> None:
+    snapshot = SimpleNamespace(
+        time=1_767_268_830.5,
+        zones=(
+            _zone("rapl_sysfs", "package-0", "package", 1000.0),
+            _zone("rapl_sysfs", "package-1", "package", 900.0),
+            _zone("rapl_sysfs", "dram-0", "dram", 100.0),
+            _zone("rapl_sysfs", "core-0", "core", 700.0, parent="package-0"),
+            _zone("rapl_sysfs", "psys", "psys", 5000.0),
+            _zone("ipmi_dcmi", "platform", "platform", 4000.0),
+            _zone("redfish", "chassis-Enclosure", "platform", 40_000.0),
+            _zone("redfish", "chassis-Blade3", "platform", 4100.0, parent="chassis-Enclosure"),
+            _zone("redfish", "chassis-Enclosure-energy", "platform", 40_010.0, parent="chassis-Enclosure"),
+            _zone("nvml", "gpu-0", "gpu", 300.0),
+        ),
+    )
+    got = {s.source: s.joules_total for s in counter_samples(snapshot)}
+    assert got == {"rapl_sysfs": 2000.0, "ipmi_dcmi": 4000.0, "redfish": 40_000.0, "nvml": 300.0}
+    assert {s.timestamp for s in counter_samples(snapshot)} == {1_767_268_830.5}
+
+
+def test_the_shipped_provider_example_is_valid() -> None:
+    import yaml
+
+    from measurement.sources.ipmi_dcmi import TARGET_OPTIONS
+    from measurement.sources.nvml import OPTIONS as NVML_OPTIONS
+    from measurement.sources.redfish import OPTIONS as REDFISH_OPTIONS
+
+    example = yaml.safe_load(
+        (Path(__file__).resolve().parents[3] / "deploy" / "provider" / "provider.yaml").read_text()
+    )
+    config = parse_provider_config(example["nadiki"])
+    assert config.server.facility_id and config.fields["server_energy_consumption_joules"][0] == "ipmi_dcmi"
+    known = {
+        "ipmi_dcmi": TARGET_OPTIONS,
+        "ipmi_sdr": TARGET_OPTIONS | {"sensors"},
+        "redfish": REDFISH_OPTIONS,
+        "nvml": NVML_OPTIONS,
+    }
+    for name, options in example["sources"]["options"].items():
+        assert set(options) <= known[name], f"{name}: {set(options) - known[name]}"

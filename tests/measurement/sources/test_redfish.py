@@ -1,0 +1,270 @@
+"""redfish: recorded chassis trees served on loopback, and discovery against the real sushy-tools emulator."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from measurement.errors import SourceAbsent, SourceFailed
+from measurement.sources import redfish
+from measurement.sources.base import Reading, Roots, Source, Zone
+from measurement.sources.redfish import JOULES_PER_KWH, whole_power_control
+from tests.measurement.sources.redfish_support import (
+    REDFISH_FIXTURES,
+    MockupServer,
+    free_tcp_port,
+    make_ca_and_server_cert,
+    sushy_emulator,
+)
+
+needs_crypto = pytest.mark.skipif(importlib.util.find_spec("cryptography") is None, reason="cryptography not installed")
+needs_sushy = pytest.mark.skipif(
+    importlib.util.find_spec("sushy_tools") is None or importlib.util.find_spec("bcrypt") is None,
+    reason="sushy-tools not installed (pip install sushy-tools)",
+)
+
+# Every recorded tree, by hardware: zone name -> (kind, parent, mechanism, first reading).
+# None: no chassis is metered.
+EXPECTED: dict[str, dict[str, tuple[str, str | None, str, float]] | None] = {
+    "dell-poweredge-r750-idrac9": {
+        "chassis-System.Embedded.1": ("power", None, "Power.PowerControl[0].PowerConsumedWatts", 312),
+    },
+    "hpe-proliant-dl360-gen11-ilo6": {
+        "chassis-1": ("power", None, "EnvironmentMetrics.PowerWatts", 226),
+        "chassis-1-energy": ("counter", "chassis-1", "EnvironmentMetrics.EnergykWh", 1523.417 * JOULES_PER_KWH),
+    },
+    "lenovo-thinksystem-sr650-v2-xcc": {
+        "chassis-1": ("power", None, "Power.PowerControl[2].PowerConsumedWatts", 287),  # not the CPU or memory member
+    },
+    "supermicro-sys-121c-tn10r-x13": {
+        "chassis-1": ("power", None, "PowerSubsystem: sum of 2 supplies' InputPowerWatts", 151 + 148),
+    },
+    "blade-enclosure-two-level": {
+        "chassis-Enclosure": ("power", None, "EnvironmentMetrics.PowerWatts", 1830),
+        "chassis-Blade3": ("power", "chassis-Enclosure", "Power.PowerControl[0].PowerConsumedWatts", 412),
+    },
+    "generic-bmc-thermal-only": None,
+}
+
+TREES = sorted(p.name for p in REDFISH_FIXTURES.iterdir() if p.is_dir())
+
+
+def test_every_recorded_tree_has_an_expectation() -> None:
+    assert sorted(EXPECTED) == TREES
+
+
+@pytest.mark.parametrize("hardware", TREES)
+def test_recorded_tree_gives_its_hardware_zones(hardware: str) -> None:
+    expected = EXPECTED[hardware]
+    with MockupServer(REDFISH_FIXTURES / hardware) as server:
+        if expected is None:
+            with pytest.raises(SourceAbsent, match=r"no chassis offers a power reading — chassis 1 \(no Power"):
+                redfish.open_source({"url": server.url}, Roots())
+            return
+        source = redfish.open_source({"url": server.url}, Roots())
+        try:
+            assert isinstance(source, Source)
+            got = {}
+            for zone in source.zones():
+                assert isinstance(zone, Zone)
+                assert zone.domain == "platform"
+                got[zone.name] = (zone.kind, zone.parent, zone.mechanism, zone.read().value)
+            assert got == expected
+            names = {z.name for z in source.zones()}
+            assert all(z.parent is None or z.parent in names for z in source.zones()), (
+                "parents are zones of this source"
+            )
+        finally:
+            source.close()
+
+
+def test_a_read_is_one_request_over_one_kept_alive_connection() -> None:
+    with MockupServer(REDFISH_FIXTURES / "dell-poweredge-r750-idrac9") as server:
+        source = redfish.open_source({"url": server.url}, Roots())
+        (zone,) = source.zones()
+        before, connections = len(server.requests), server.connections
+        for _ in range(3):
+            zone.read()
+        assert server.requests[before:] == ["/redfish/v1/Chassis/System.Embedded.1/Power"] * 3
+        assert server.connections == connections == 1
+        source.close()
+
+
+def test_a_new_reading_is_seen_and_stamped_on_the_agents_clock() -> None:
+    ticks = iter(range(100, 200))
+    with MockupServer(REDFISH_FIXTURES / "hpe-proliant-dl360-gen11-ilo6") as server:
+        source = redfish.open_source({"url": server.url, "clock": lambda: float(next(ticks))}, Roots())
+        path = "/redfish/v1/Chassis/1/EnvironmentMetrics"
+        server.overrides[path] = {"PowerWatts": {"Reading": 240.5}, "EnergykWh": {"Reading": 1523.5}}
+        power, energy = source.zones()
+        first = power.read()
+        assert first.value == 240.5
+        assert first.timestamp == int(first.timestamp) + 0.5, "the midpoint of the request"
+        assert energy.read().value == pytest.approx(1523.5 * 3.6e6)
+        source.close()
+
+
+def test_prefer_energy_makes_the_counter_primary() -> None:
+    with MockupServer(REDFISH_FIXTURES / "hpe-proliant-dl360-gen11-ilo6") as server:
+        source = redfish.open_source({"url": server.url, "prefer": "energy"}, Roots())
+        assert [(z.name, z.kind, z.parent) for z in source.zones()] == [
+            ("chassis-1", "counter", None),
+            ("chassis-1-power", "power", "chassis-1"),
+        ]
+        source.close()
+
+
+def test_chassis_option_selects_and_unknown_ids_are_named() -> None:
+    with MockupServer(REDFISH_FIXTURES / "blade-enclosure-two-level") as server:
+        source = redfish.open_source({"url": server.url, "chassis": ["Blade3"]}, Roots())
+        assert [(z.name, z.parent) for z in source.zones()] == [("chassis-Blade3", None)]
+        with pytest.raises(SourceFailed, match=r"chassis Blade9 .* not found; chassis present: Enclosure, Blade3"):
+            redfish.open_source({"url": server.url, "chassis": ["Blade9"]}, Roots())
+
+
+def test_a_reading_that_disappears_fails_the_read_and_names_the_resource() -> None:
+    with MockupServer(REDFISH_FIXTURES / "dell-poweredge-r750-idrac9") as server:
+        source = redfish.open_source({"url": server.url}, Roots())
+        server.overrides["/redfish/v1/Chassis/System.Embedded.1/Power"] = {
+            "PowerControl": [{"PowerConsumedWatts": None}]
+        }
+        with pytest.raises(SourceFailed, match=r"System.Embedded.1/Power PowerControl\[0\] has no PowerConsumedWatts"):
+            source.zones()[0].read()
+
+
+@pytest.mark.parametrize(
+    ("members", "expected"),
+    [
+        ([{"PowerConsumedWatts": 300}], (0, 300.0)),
+        ([{"PhysicalContext": "CPU", "PowerConsumedWatts": 90}, {"PowerConsumedWatts": 300}], (1, 300.0)),
+        (
+            [
+                {"PhysicalContext": "CPU", "PowerConsumedWatts": 90},
+                {"PhysicalContext": "Memory", "PowerConsumedWatts": 20},
+            ],
+            None,
+        ),
+        ([{"PhysicalContext": "PowerSupply", "PowerConsumedWatts": 310}], (0, 310.0)),
+        ([{"PowerConsumedWatts": None}], None),
+    ],
+    ids=[
+        "one member is the total",
+        "a member without context beats a CPU member",
+        "only parts: no total is invented",
+        "a lone member is the total whatever its context",
+        "a null reading is no reading",
+    ],
+)
+def test_whole_power_control(members: list[dict[str, Any]], expected: tuple[int, float] | None) -> None:
+    assert whole_power_control(members) == expected
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+
+def test_without_url_the_source_is_absent() -> None:
+    with pytest.raises(SourceAbsent, match="no url configured"):
+        redfish.open_source({}, Roots())
+
+
+def test_invalid_options_are_reported_all_at_once(tmp_path: Path) -> None:
+    with pytest.raises(SourceFailed) as info:
+        redfish.open_source(
+            {
+                "url": "ftp://bmc",
+                "password": "x",
+                "prefer": "both",
+                "tls_verify": "no",
+                "password_file": str(tmp_path / "missing"),
+            },
+            Roots(),
+        )
+    message = str(info.value)
+    for expected in (
+        "password: not accepted",
+        "prefer: must be power or energy",
+        "tls_verify: must be true or false",
+        "password_file: cannot read",
+        "url: must be http(s)://host[:port]",
+    ):
+        assert expected in message
+
+
+def test_an_unreachable_bmc_names_the_url_and_the_cause() -> None:
+    port = free_tcp_port()
+    with pytest.raises(
+        SourceFailed, match=rf"redfish \(http://127.0.0.1:{port}\): GET /redfish/v1/Chassis: Connection refused"
+    ):
+        redfish.open_source({"url": f"http://127.0.0.1:{port}", "timeout_s": 2}, Roots())
+
+
+def test_wrong_credentials_are_a_401_naming_the_user(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("wrong\n")
+    with MockupServer(REDFISH_FIXTURES / "dell-poweredge-r750-idrac9", credentials=("monitor", "right")) as server:
+        with pytest.raises(
+            SourceFailed, match=r"HTTP 401 Unauthorized \(user 'monitor'\) — check username and password"
+        ):
+            redfish.open_source({"url": server.url, "username": "monitor", "password_file": str(secret)}, Roots())
+        secret.write_text("right\n")
+        source = redfish.open_source({"url": server.url, "username": "monitor", "password_file": str(secret)}, Roots())
+        assert source.zones()[0].read().value == 312
+
+
+@needs_crypto
+def test_tls_is_verified_against_the_configured_ca(tmp_path: Path) -> None:
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    with MockupServer(REDFISH_FIXTURES / "dell-poweredge-r750-idrac9", tls=(cert, key)) as server:
+        with pytest.raises(SourceFailed, match=r"TLS certificate not trusted .* set ca_file"):
+            redfish.open_source({"url": server.url}, Roots())
+        source = redfish.open_source({"url": server.url, "ca_file": str(ca)}, Roots())
+        assert source.zones()[0].read().value == 312
+        unverified = redfish.open_source({"url": server.url, "tls_verify": False}, Roots())
+        assert any("not verified" in note for note in unverified.notes)
+
+
+# --- the real sushy-tools emulator ------------------------------------------------------------------
+
+
+@needs_sushy
+def test_sushy_emulator_chassis_are_discovered_and_reported_without_power(tmp_path: Path) -> None:
+    """sushy-tools 2.x serves Chassis and Thermal but no Power, PowerSubsystem or EnvironmentMetrics."""
+    with sushy_emulator(tmp_path) as url:
+        with pytest.raises(SourceAbsent) as info:
+            redfish.open_source({"url": url}, Roots())
+    message = str(info.value)
+    assert f"redfish ({url}): no chassis offers a power reading — chassis " in message
+    assert "(no Power, PowerSubsystem or EnvironmentMetrics link)" in message
+    assert "read power through ipmi_dcmi or ipmi_sdr" in message
+
+
+@needs_sushy
+@needs_crypto
+def test_sushy_emulator_over_tls_with_basic_auth(tmp_path: Path) -> None:
+    ca, cert, key = make_ca_and_server_cert(tmp_path)
+    secret = tmp_path / "pw"
+    secret.write_text("wrong\n")
+    with sushy_emulator(tmp_path, credentials=("admin", "password"), tls=(cert, key)) as url:
+        with pytest.raises(SourceFailed, match="TLS certificate not trusted"):
+            redfish.open_source({"url": url, "username": "admin", "password_file": str(secret)}, Roots())
+        with pytest.raises(SourceFailed, match=r"GET /redfish/v1/Chassis: HTTP 401 Unauthorized \(user 'admin'\)"):
+            redfish.open_source(
+                {"url": url, "username": "admin", "password_file": str(secret), "ca_file": str(ca)}, Roots()
+            )
+        secret.write_text("password\n")
+        with pytest.raises(SourceAbsent, match="no chassis offers a power reading"):
+            redfish.open_source(
+                {"url": url, "username": "admin", "password_file": str(secret), "ca_file": str(ca)}, Roots()
+            )
+
+
+def test_the_registry_opens_it_by_name_with_the_samplers_clock() -> None:
+    from measurement.sources.registry import open_one
+
+    with MockupServer(REDFISH_FIXTURES / "lenovo-thinksystem-sr650-v2-xcc") as server:
+        source = open_one("redfish", {"url": server.url}, Roots(), clock=lambda: 7.0)
+        assert source.zones()[0].read() == Reading(287.0, 7.0)
+        source.close()  # type: ignore[attr-defined]
