@@ -26,12 +26,16 @@ L_POD = "pod"
 L_IDLE_POLICY = "idle_policy"  # requests | bucket
 L_SITE = "site"
 L_SERVER_ID = "server_id"
-L_DEVICE = "device"  # cpu | gpu
-L_KIND = "kind"  # anomaly kind: negative, implausible, wrap
+L_DEVICE = "device"  # cpu | gpu-N
+L_KIND = "kind"  # anomaly kind: negative, implausible, gap
+L_BUCKET = "bucket"  # idle (idle power not given to pods) | system (busy time of no pod)
+L_PAIR = "pair"  # two sources compared, e.g. "rapl_sysfs/ipmi_dcmi"
 L_VERB = "verb"  # extender verb
 L_REASON = "reason"
 L_OWNER_KIND = "owner_kind"
 L_OWNER = "owner"
+L_WORKFLOW_RUN = "workflow_run"  # recording rules: Nextflow run name (pod label nextflow.io/runName)
+L_WORKFLOW_PROCESS = "workflow_process"  # recording rules: Nextflow process (nextflow.io/processName)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,13 @@ IDLE_ENERGY = _m(
     L_NODE,
     L_DOMAIN,
     L_IDLE_POLICY,
+    L_BUCKET,
+)
+POD_CPU_SECONDS = _m(
+    "pod_cpu_seconds_total", "counter", "CPU time of a pod's cgroup seen by the agent since it started.", L_NODE, L_NAMESPACE, L_POD
+)
+NODE_CPU_SECONDS = _m(
+    "node_cpu_busy_seconds_total", "counter", "Busy CPU time of the node (/proc/stat) since the agent started.", L_NODE
 )
 OWNER_CPU_CORES = _m(
     "owner_cpu_cores",
@@ -105,7 +116,9 @@ MODEL_R2 = _m("node_power_model_r2_ratio", "gauge", "Coefficient of determinatio
 MODEL_SAMPLES = _m("node_power_model_samples", "gauge", "Samples in the power model's fitting window.", L_NODE, L_DEVICE)
 NODE_SPEED = _m("node_relative_speed_ratio", "gauge", "Relative throughput per core of the node (reference 1).", L_NODE)
 NODE_POWER_CAP = _m("node_power_cap_watts", "gauge", "Power cap of the node.", L_NODE)
-NODE_GPU_COUNT = _m("node_gpu_count", "gauge", "GPUs of the node.", L_NODE)
+# Exported as joulesched_node_gpus: a "_count" suffix is reserved for histograms and summaries
+# (promtool check metrics rejects it). The Python name stays, so code using the constant is unaffected.
+NODE_GPU_COUNT = _m("node_gpus", "gauge", "GPUs of the node.", L_NODE)
 NODE_GPU_MAX = _m("node_gpu_max_watts", "gauge", "Power limit per GPU of the node.", L_NODE)
 NODE_GPU_UTILISATION = _m("node_gpu_utilisation_ratio", "gauge", "Mean GPU utilisation of the node, 0..1.", L_NODE)
 NODE_INFO = _m("node_info", "gauge", "Constant 1; labels name the node's site and physical server.", L_NODE, L_SITE, L_SERVER_ID)
@@ -116,6 +129,17 @@ SITE_CARBON = _m("site_grid_carbon_intensity_grams_per_kwh", "gauge", "Grid carb
 SITE_WUE = _m("site_wue_litres_per_kwh", "gauge", "Water usage effectiveness of the site, litres per kWh.", L_SITE)
 SITE_RENEWABLE = _m("site_renewable_share_ratio", "gauge", "Renewable share of the site's electricity, 0..1.", L_SITE)
 
+# --- server factors: embodied emissions, joined to nodes through node_info's server_id -------------
+SERVER_EMBODIED = _m(
+    "server_embodied_emissions_grams",
+    "gauge",
+    "Embodied emissions of the physical server over its life (manufacture, transport, end of life), gCO2e.",
+    L_SERVER_ID,
+)
+SERVER_LIFETIME = _m(
+    "server_lifetime_seconds", "gauge", "Service life over which the server's embodied emissions are amortised.", L_SERVER_ID
+)
+
 # --- agent: health -----------------------------------------------------------------------------
 SOURCE_UP = _m("source_up", "gauge", "1 when the last read of the source succeeded.", L_SOURCE)
 SOURCE_READ_SECONDS = _m("source_read_duration_seconds", "histogram", "Time to read one source.", L_SOURCE)
@@ -123,8 +147,10 @@ ANOMALIES = _m(
     "energy_anomalies_total", "counter", "Energy deltas dropped as implausible, by kind.", L_SOURCE, L_ZONE, L_KIND
 )
 SOURCE_RATIO = _m(
-    "source_agreement_ratio", "gauge", "Ratio of two sources measuring the same thing (e.g. rapl/ipmi).", L_NODE, "pair"
+    "source_agreement_ratio", "gauge", "Ratio of two sources measuring the same thing (e.g. rapl/ipmi).", L_NODE, L_PAIR
 )
+SOURCE_ERRORS = _m("source_read_errors_total", "counter", "Failed reads of a source's zones.", L_SOURCE)
+WINDOWS_OPEN = _m("measurement_windows_open", "gauge", "Measurement windows open now (POST /v1/windows).", L_NODE)
 
 # --- extender ----------------------------------------------------------------------------------
 EXT_REQUESTS = _m("extender_requests_total", "counter", "Extender requests by verb and HTTP status code.", L_VERB, "code")

@@ -80,6 +80,10 @@ class SourceFactory(Protocol):
     ``options`` is the source's own mapping from the agent config (already a dict, maybe
     empty). It raises SourceAbsent when the hardware is not there and SourceFailed when it is
     there but unusable (with a message naming the fix).
+
+    A factory may also declare a keyword parameter ``clock`` (a ``() -> float`` callable): the
+    registry then passes the sampler's clock, and the source stamps its readings with it (the
+    RAPL sources do; sources with a device clock, such as a BMC's, use their own).
     """
 
     def __call__(self, options: dict[str, object], roots: Roots) -> Source: ...

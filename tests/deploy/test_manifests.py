@@ -26,9 +26,24 @@ NOT_CORE_API = {
 }
 
 
+def patch_files() -> set[Path]:
+    """Files that kustomizations apply as patches: partial objects, validated once rendered (tests/e2e)."""
+    patches: set[Path] = set()
+    for kustomization in DEPLOY.rglob("kustomization.yaml"):
+        spec = yaml.safe_load(kustomization.read_text()) or {}
+        for entry in spec.get("patches", []) + spec.get("patchesStrategicMerge", []):
+            path = entry.get("path") if isinstance(entry, dict) else entry
+            if path:
+                patches.add((kustomization.parent / path).resolve())
+    return patches
+
+
 def manifest_documents() -> list[tuple[str, dict]]:
     docs = []
+    patches = patch_files()
     for path in sorted(DEPLOY.rglob("*.yaml")) + sorted(DEPLOY.rglob("*.yml")):
+        if path.resolve() in patches:
+            continue
         for i, doc in enumerate(yaml.safe_load_all(path.read_text())):
             if isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc and doc["kind"] not in NOT_CORE_API:
                 docs.append((f"{path.relative_to(DEPLOY)}#{i}", doc))

@@ -1,0 +1,145 @@
+"""Wiring of the running agent: sources → sampler → published snapshot → HTTP, recording.
+
+:func:`build_agent` opens everything a configuration names (and logs what it found, what is
+absent and what failed, in one message); :meth:`Agent.run` samples every ``interval_seconds``
+until stopped, publishes a snapshot for ``/metrics`` at most once per second, and appends every
+sample to the recording when one is configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from measurement.config import AgentConfig, is_loopback, parse_listen
+from measurement.errors import MeasurementError
+from measurement.exporters.prometheus import make_registry
+from measurement.exporters.record import RecordingWriter
+from measurement.sampler import Sampler
+from measurement.server import AgentServer
+from measurement.snapshot import Snapshot
+from measurement.sources.cgroup_cpu import CgroupCpu
+from measurement.sources.kube_pods import PodDirectory, open_directory
+from measurement.sources.procfs_stat import ProcStat
+from measurement.sources.registry import OpenedSources, open_sources
+
+log = logging.getLogger(__name__)
+
+PUBLISH_MIN_SECONDS = 1.0
+
+
+@dataclass
+class Agent:
+    config: AgentConfig
+    sampler: Sampler
+    opened: OpenedSources
+    directory: PodDirectory
+    clock: Callable[[], float] = time.time
+    recorder: RecordingWriter | None = None
+    published: Snapshot | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    _last_publish: float = float("-inf")
+
+    def step(self) -> Snapshot:
+        """One sample: read, publish when a second has passed, record."""
+        snap = self.sampler.sample()
+        if snap.time - self._last_publish >= PUBLISH_MIN_SECONDS * 0.999 or self.published is None:
+            self.published = snap
+            self._last_publish = snap.time
+        if self.recorder is not None:
+            self.recorder.write(snap)
+        return snap
+
+    def latest_published(self) -> Snapshot | None:
+        return self.published
+
+    def run(self) -> None:
+        interval = self.config.interval_seconds
+        refresher = threading.Thread(target=self._refresh_pods, name="pod-names", daemon=True)
+        refresher.start()
+        deadline = time.monotonic()
+        while not self.stop_event.is_set():
+            try:
+                self.step()
+            except Exception:  # a bug in one sample must not end the agent
+                log.exception("sample failed")
+            deadline += interval
+            delay = deadline - time.monotonic()
+            if delay < 0:  # fell behind (suspended, overloaded): skip, do not burst
+                deadline = time.monotonic()
+                delay = 0
+            self.stop_event.wait(delay)
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def _refresh_pods(self) -> None:
+        while not self.stop_event.is_set():
+            self.directory.refresh()
+            self.stop_event.wait(self.config.kubernetes.refresh_seconds)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+
+def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> Agent:
+    node = config.node.name or socket.gethostname()
+    opened = open_sources(config.sources.order, config.sources.options, config.roots, clock)
+    log.info("energy sources: %s", opened.message())
+    for source in opened.sources:
+        for note in getattr(source, "notes", []):
+            log.info("%s: %s", source.name, note)
+    if not opened.sources:
+        log.error("no energy source is usable; the agent reports CPU time only. %s", opened.message())
+    cgroups = procstat = None
+    try:
+        cgroups = CgroupCpu(config.roots.cgroup)
+        log.info("pods: %s", cgroups.describe())
+    except MeasurementError as err:
+        log.warning("per-pod CPU time unavailable: %s", err)
+    try:
+        procstat = ProcStat(config.roots.procfs)
+    except MeasurementError as err:
+        log.warning("node CPU time unavailable: %s", err)
+    directory = open_directory(config.kubernetes.mode, node, config.kubernetes.kubeconfig)
+    sampler = Sampler(
+        config, opened.sources, node=node, clock=clock, cgroups=cgroups, procstat=procstat, pods=directory
+    )
+    recorder = RecordingWriter(config.record_file) if config.record_file else None
+    return Agent(config, sampler, opened, directory, clock, recorder)
+
+
+def read_token(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"token file {path} is empty")
+    return token
+
+
+def build_server(agent: Agent) -> AgentServer:
+    host, port = parse_listen(agent.config.server.listen)
+    token = read_token(agent.config.server.token_file) if agent.config.server.token_file else None
+    loopback = is_loopback(host)
+    if token is None and not loopback:
+        log.warning(
+            "listening on %s without server.token_file: the windows API is disabled (metrics and profile are served)",
+            host,
+        )
+    return AgentServer(
+        (host, port),
+        sampler=agent.sampler,
+        published=agent.latest_published,
+        registry=make_registry(agent.latest_published),
+        token=token,
+        windows_allowed=token is not None or loopback,
+        min_samples=agent.config.model.min_samples,
+        stale_after=max(3 * agent.config.interval_seconds, 5.0),
+        clock=agent.clock,
+    )
+
+
+__all__ = ["PUBLISH_MIN_SECONDS", "Agent", "build_agent", "build_server", "read_token"]

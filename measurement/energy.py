@@ -1,0 +1,231 @@
+"""Exact energy arithmetic: wrap-safe counter deltas, trapezoid integration, and the node total.
+
+Pure functions over numbers (no files, no clocks), shared by the agent's sampler, the windows API,
+``joulesched measure`` and the simulator.
+
+Which reading is the node's total (the *basis*), from most to least complete::
+
+    1. a whole-server reading (domain "platform": IPMI DCMI/SDR, Redfish), plus the GPUs when
+       the server reading excludes them (``server_includes_gpus: false``)
+    2. RAPL psys (the SoC platform on client parts) plus the GPUs
+    3. RAPL package + DRAM plus the GPUs
+    4. the GPUs alone
+
+RAPL still splits the node's energy into ``cpu`` (packages) and ``dram`` under a server reading;
+``other`` is what the server reading has beyond them (fans, disks, NICs, PSU losses). The domains
+always add up to the node total. A zone with a ``parent`` is part of that parent and never added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+NANO = 1_000_000_000  # totals are kept as integer nanojoules: exact, and never overflow (Python int)
+NODE_DOMAINS = ("cpu", "dram", "gpu", "other")
+
+ZoneKey = tuple[str, str]  # (source, zone)
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """Energy of one zone between two readings, or why it was dropped."""
+
+    joules: float | None
+    anomaly: str | None = None  # negative | implausible | gap
+
+
+def counter_delta(prev: float, cur: float, max_joules: float | None, dt: float, max_watts: float) -> Delta:
+    """Energy between two counter readings, correcting one wrap at ``max_joules``.
+
+    Dropped (``joules=None``): a delta still negative after the wrap correction (a counter
+    reset, or a counter without a known range going back) and one above ``max_watts × dt``
+    (physically impossible: a spurious wrap, a garbage read).
+    """
+    delta = cur - prev
+    if delta < 0 and max_joules:
+        delta += max_joules
+    if delta < 0:
+        return Delta(None, "negative")
+    if dt <= 0:
+        return Delta(0.0) if delta == 0 else Delta(None, "implausible")
+    if delta > max_watts * dt:
+        return Delta(None, "implausible")
+    return Delta(delta)
+
+
+def trapezoid(
+    prev_watts: float, prev_t: float, cur_watts: float, cur_t: float, max_watts: float, max_gap: float
+) -> Delta:
+    """Energy between two power readings, integrated with their own timestamps."""
+    if cur_watts < 0 or prev_watts < 0:
+        return Delta(None, "negative")
+    dt = cur_t - prev_t
+    if dt < 0:
+        return Delta(None, "negative")
+    if dt == 0:
+        return Delta(0.0)
+    if dt > max_gap:
+        return Delta(None, "gap")
+    if cur_watts > max_watts:
+        return Delta(None, "implausible")
+    return Delta((prev_watts + cur_watts) / 2.0 * dt)
+
+
+def to_nanojoules(joules: float) -> int:
+    return round(joules * NANO)
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneInfo:
+    source: str
+    zone: str
+    domain: str
+    kind: str
+    parent: str | None
+    max_joules: float | None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which source plays which role: decided from the zones present, not from one interval's
+    reads, so that the basis does not flip when one read fails (the next read catches up)."""
+
+    platform: str | None = None
+    platform_others: tuple[str, ...] = ()  # further whole-server sources: cross-checked only
+    rapl: str | None = None  # the source of package/dram (and psys) zones
+    psys: str | None = None
+    gpu: str | None = None
+    server_includes_gpus: bool = False
+    zones: Mapping[ZoneKey, ZoneInfo] = field(default_factory=dict)
+
+    @property
+    def basis(self) -> str:
+        parts: list[str] = []
+        if self.platform:
+            parts.append(self.platform)
+            if self.gpu and not self.server_includes_gpus:
+                parts.append(self.gpu)
+        elif self.psys or self.rapl:
+            parts.append(self.psys or self.rapl or "")
+            if self.gpu:
+                parts.append(self.gpu)
+        elif self.gpu:
+            parts.append(self.gpu)
+        return "+".join(dict.fromkeys(parts))
+
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """The domains this layout can give energy to (the others stay 0 and are not exported)."""
+        present = []
+        if self.rapl or self.platform:
+            present += ["cpu", "dram"]
+        if self.gpu:
+            present.append("gpu")
+        if self.platform or self.psys:
+            present.append("other")
+        return tuple(present)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s for s in (self.platform, self.rapl, self.psys, self.gpu) if s))
+
+
+def plan_layout(zones: Sequence[ZoneInfo], order: Sequence[str], server_includes_gpus: bool) -> Layout:
+    """Assign roles to sources: the first source in ``order`` with a zone of the domain wins."""
+    by_source: dict[str, set[str]] = {}
+    for z in zones:
+        if z.parent is None:
+            by_source.setdefault(z.source, set()).add(z.domain)
+    ranked = [s for s in order if s in by_source] + sorted(s for s in by_source if s not in order)
+
+    def first(domain: str) -> str | None:
+        return next((s for s in ranked if domain in by_source[s]), None)
+
+    platforms = [s for s in ranked if "platform" in by_source[s]]
+    return Layout(
+        platform=platforms[0] if platforms else None,
+        platform_others=tuple(platforms[1:]),
+        rapl=first("package"),
+        psys=first("psys"),
+        gpu=first("gpu"),
+        server_includes_gpus=server_includes_gpus,
+        zones={(z.source, z.zone): z for z in zones},
+    )
+
+
+@dataclass(frozen=True)
+class NodeSplit:
+    basis: str
+    node_joules: float
+    domains: Mapping[str, float]  # cpu, dram, gpu, other: they sum to node_joules
+    gpu_zones: Mapping[str, float]  # gpu zone -> joules, scaled like domains["gpu"]
+    rapl_joules: float | None  # package + dram from RAPL (cross-check)
+    platform_joules: Mapping[str, float]  # per whole-server source (cross-check)
+
+
+def _sum(layout: Layout, deltas: Mapping[ZoneKey, float], source: str | None, domain: str) -> float:
+    if source is None:
+        return 0.0
+    return sum(
+        j
+        for key, j in deltas.items()
+        if key[0] == source and (z := layout.zones.get(key)) and z.domain == domain and z.parent is None
+    )
+
+
+def split_node(layout: Layout, deltas: Mapping[ZoneKey, float]) -> NodeSplit:
+    """The node's energy and its domains from per-zone energies over one interval or window."""
+    cpu = _sum(layout, deltas, layout.rapl, "package")
+    dram = _sum(layout, deltas, layout.rapl, "dram")
+    gpu_zones = {
+        key[1]: j
+        for key, j in deltas.items()
+        if key[0] == layout.gpu and (z := layout.zones.get(key)) and z.domain == "gpu" and z.parent is None
+    }
+    gpu = sum(gpu_zones.values())
+    platform = {s: _sum(layout, deltas, s, "platform") for s in (layout.platform, *layout.platform_others) if s}
+    rapl = cpu + dram if layout.rapl else None
+    gpu_scale = 1.0
+    if layout.platform:
+        base = platform[layout.platform]
+        if layout.server_includes_gpus:
+            parts = cpu + dram + gpu
+            scale = base / parts if parts > base and parts > 0 else 1.0
+            cpu, dram, gpu_scale = cpu * scale, dram * scale, scale
+            node = base
+            other = base - cpu - dram - gpu * scale
+        else:
+            parts = cpu + dram
+            scale = base / parts if parts > base and parts > 0 else 1.0
+            cpu, dram = cpu * scale, dram * scale
+            node = base + gpu
+            other = base - cpu - dram
+    elif layout.psys:
+        base = _sum(layout, deltas, layout.psys, "psys")
+        parts = cpu + dram
+        scale = base / parts if parts > base and parts > 0 else 1.0
+        cpu, dram = cpu * scale, dram * scale
+        node = base + gpu
+        other = base - cpu - dram
+    else:
+        node = cpu + dram + gpu
+        other = 0.0
+    gpu_scaled = {name: j * gpu_scale for name, j in gpu_zones.items()}
+    domains = {"cpu": cpu, "dram": dram, "gpu": gpu * gpu_scale, "other": max(other, 0.0)}
+    return NodeSplit(layout.basis, node, domains, gpu_scaled, rapl, platform)
+
+
+__all__ = [
+    "NANO",
+    "NODE_DOMAINS",
+    "Delta",
+    "Layout",
+    "NodeSplit",
+    "ZoneInfo",
+    "counter_delta",
+    "plan_layout",
+    "split_node",
+    "to_nanojoules",
+    "trapezoid",
+]

@@ -1,0 +1,1 @@
+"""Exporters: they read snapshots and nothing else (Prometheus text, the profile JSON, recordings)."""

@@ -1,0 +1,135 @@
+"""Prometheus exposition of the latest published snapshot, through a custom collector.
+
+The collector builds every family from one snapshot at scrape time, so a scrape never sees half
+an update. Names, types, help and label names come from :mod:`measurement.names`; the exporter
+adds no name of its own. The agent publishes a snapshot for scraping at most once per second,
+whatever the sampling interval (the PLATYPUS side channel needs finer resolution than that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from measurement import names as n
+from measurement.snapshot import READ_SECONDS_BUCKETS, Snapshot
+
+
+def _family(metric: n.Metric) -> Metric:
+    labels = list(metric.labels)
+    if metric.type == "counter":
+        return CounterMetricFamily(metric.name, metric.help, labels=labels)
+    if metric.type == "gauge":
+        return GaugeMetricFamily(metric.name, metric.help, labels=labels)
+    if metric.type == "histogram":
+        return HistogramMetricFamily(metric.name, metric.help, labels=labels)
+    raise ValueError(f"metric {metric.name}: unsupported type {metric.type!r}")
+
+
+class _Families:
+    def __init__(self) -> None:
+        self.families: dict[str, Metric] = {}
+
+    def add(self, metric: n.Metric, labels: Sequence[str], value: float) -> None:
+        if len(labels) != len(metric.labels):
+            raise ValueError(f"{metric.name}: {len(labels)} label values for labels {metric.labels}")
+        family = self.families.get(metric.name)
+        if family is None:
+            family = self.families[metric.name] = _family(metric)
+        family.add_metric(list(labels), value)  # type: ignore[attr-defined]
+
+    def histogram(self, metric: n.Metric, labels: Sequence[str], cumulative: Sequence[int], total: float) -> None:
+        family = self.families.get(metric.name)
+        if family is None:
+            family = self.families[metric.name] = _family(metric)
+        bounds = [*(f"{b:g}" for b in READ_SECONDS_BUCKETS), "+Inf"]
+        family.add_metric(list(labels), buckets=list(zip(bounds, cumulative, strict=True)), sum_value=total)  # type: ignore[attr-defined]
+
+
+def families(snap: Snapshot) -> list[Metric]:
+    """Every metric family of one snapshot, in the order of :data:`measurement.names.METRICS`."""
+    f = _Families()
+    node = snap.node
+    for z in snap.zones:
+        f.add(n.NODE_ENERGY, (node, z.source, z.zone), z.joules_total)
+        if z.watts is not None and z.present:
+            f.add(n.NODE_POWER, (node, z.source, z.zone), z.watts)
+    for basis, joules in sorted(snap.node_energy_total.items()):
+        f.add(n.NODE_PLATFORM_ENERGY, (node, basis), joules)
+    if snap.node_power_watts is not None:
+        f.add(n.NODE_PLATFORM_POWER, (node, snap.basis), snap.node_power_watts)
+    # Only the domains this node's sources can fill: no series of zeros for GPUs a node lacks.
+    present = snap.domains
+    if snap.basis:
+        for domain in present:
+            f.add(n.NODE_DOMAIN_ENERGY, (node, domain), snap.domain_energy_total.get(domain, 0.0))
+    policy = snap.idle_policy
+    for pod in snap.pods:
+        energy = pod.energy_joules_total
+        for domain in present:
+            f.add(n.POD_ENERGY, (node, pod.namespace, pod.name, domain, policy), energy.get(domain, 0.0))
+        f.add(n.POD_CPU_SECONDS, (node, pod.namespace, pod.name), pod.cpu_seconds_total)
+    for bucket, domains in sorted(snap.buckets_total.items()):
+        for domain in present:
+            f.add(n.IDLE_ENERGY, (node, domain, policy, bucket), domains.get(domain, 0.0))
+    f.add(n.NODE_CPU_SECONDS, (node,), snap.busy_cpu_seconds_total)
+    for namespace, kind, owner, cores in snap.owners:
+        f.add(n.OWNER_CPU_CORES, (namespace, kind, owner), cores)
+    f.add(n.NODE_CPU_CORES, (node,), float(snap.cpus))
+    f.add(n.NODE_CPU_UTILISATION, (node,), snap.utilisation)
+    for m in snap.models:
+        f.add(n.MODEL_IDLE, (node, m.device), m.idle_watts)
+        f.add(n.MODEL_PER_CORE, (node, m.device), m.slope_watts)
+        f.add(n.MODEL_R2, (node, m.device), m.r2)
+        f.add(n.MODEL_SAMPLES, (node, m.device), float(m.samples))
+    f.add(n.NODE_SPEED, (node,), snap.speed)
+    if snap.power_cap_watts is not None:
+        f.add(n.NODE_POWER_CAP, (node,), snap.power_cap_watts)
+    if snap.gpus is not None:
+        f.add(n.NODE_GPU_COUNT, (node,), float(snap.gpus.count))
+        f.add(n.NODE_GPU_MAX, (node,), snap.gpus.max_watts)
+        f.add(n.NODE_GPU_UTILISATION, (node,), snap.gpus.utilisation)
+    f.add(n.NODE_INFO, (node, snap.site, snap.server_id), 1.0)
+    for s in snap.sources:
+        f.add(n.SOURCE_UP, (s.name,), 1.0 if s.up else 0.0)
+        f.histogram(n.SOURCE_READ_SECONDS, (s.name,), s.read_seconds_buckets, s.read_seconds_sum)
+        f.add(n.SOURCE_ERRORS, (s.name,), float(s.errors_total))
+    for source, zone, kind, count in snap.anomalies:
+        f.add(n.ANOMALIES, (source, zone, kind), float(count))
+    for pair, ratio in sorted(snap.ratios.items()):
+        f.add(n.SOURCE_RATIO, (node, pair), ratio)
+    f.add(n.WINDOWS_OPEN, (node,), float(snap.windows_open))
+    order = {m.name: i for i, m in enumerate(n.METRICS)}
+    return [f.families[name] for name in sorted(f.families, key=lambda k: order.get(k, len(order)))]
+
+
+class SnapshotCollector(Collector):
+    """Reads the snapshot returned by ``latest`` at each scrape."""
+
+    def __init__(self, latest: Callable[[], Snapshot | None]) -> None:
+        self.latest = latest
+
+    def describe(self) -> list[Metric]:
+        return []  # the families depend on the hardware found; no collision check needed
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.latest()
+        if snap is not None:
+            yield from families(snap)
+
+
+def make_registry(latest: Callable[[], Snapshot | None]) -> CollectorRegistry:
+    """A fresh registry holding only the agent's collector (no process/platform collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(latest))
+    return registry
+
+
+__all__ = ["SnapshotCollector", "families", "make_registry"]

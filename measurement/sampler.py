@@ -1,0 +1,548 @@
+"""The sampler: one read of everything per interval, turned into a frozen :class:`Snapshot`.
+
+Each :meth:`Sampler.sample` call (driven by the agent's loop, or by the simulator with its own
+clock) reads every energy zone through the :class:`~measurement.meter.EnergyMeter`, the pods'
+cgroup CPU time, ``/proc/stat`` and the GPUs' per-process use; differences them against the
+previous sample; splits the node's energy into domains (:func:`measurement.energy.split_node`);
+attributes it to pods (:func:`measurement.attribution.attribute`); updates the power model and
+the cross-check; and returns a new snapshot. Nothing in a snapshot changes after it is built.
+
+Windows (``POST/DELETE /v1/windows``, ``joulesched measure``) read the meter at their exact edges
+through :meth:`Sampler.open_window` / :meth:`Sampler.close_window`: a window's energy is the
+difference of two counter reads, never power × interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from measurement.attribution import PodUsage, attribute
+from measurement.config import AgentConfig
+from measurement.energy import NANO, NODE_DOMAINS, ZoneKey, split_node
+from measurement.meter import EnergyMeter, MeterRead
+from measurement.model import RollingFit
+from measurement.snapshot import GpuSummary, Interval, ModelSnapshot, PodSnapshot, Snapshot, ZoneSnapshot
+from measurement.sources.base import Source
+from measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
+from measurement.sources.kube_pods import NoDirectory, PodDirectory
+from measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+OWNER_WINDOW_SECONDS = 300.0
+MAX_WINDOWS = 1024
+
+
+class _Pod:
+    __slots__ = ("cgroup", "cpu_last", "cpu_total", "energy", "last_seen", "present")
+
+    def __init__(self, cgroup: PodCgroup, cpu: float, now: float) -> None:
+        self.cgroup = cgroup
+        self.cpu_last = cpu
+        self.cpu_total = 0.0
+        self.energy = dict.fromkeys(NODE_DOMAINS, 0.0)
+        self.last_seen = now
+        self.present = True
+
+
+@dataclass(frozen=True)
+class Window:
+    id: str
+    start: MeterRead
+    label: str
+
+
+class UnknownWindow(KeyError):
+    pass
+
+
+class Sampler:
+    def __init__(
+        self,
+        config: AgentConfig,
+        sources: Sequence[Source],
+        *,
+        node: str,
+        clock: Clock = time.time,
+        cgroups: CgroupCpu | None = None,
+        procstat: ProcStat | None = None,
+        pods: PodDirectory | None = None,
+    ) -> None:
+        self.config = config
+        self.node = node
+        self.clock = clock
+        self.meter = EnergyMeter(
+            sources,
+            order=config.sources.order,
+            clock=clock,
+            max_zone_watts=config.anomaly.max_zone_watts,
+            max_gap_seconds=config.anomaly.max_gap_seconds,
+            rescan_seconds=config.sources.rescan_seconds,
+            server_includes_gpus=config.sources.server_includes_gpus,
+        )
+        self.cgroups = cgroups
+        self.procstat = procstat
+        self.directory: PodDirectory = pods or NoDirectory()
+        self.lock = threading.RLock()
+        self.latest: Snapshot | None = None
+        self._seq = 0
+        self._prev: MeterRead | None = None
+        self._prev_busy: float | None = None
+        self._cpus = 1
+        self._pods: dict[str, _Pod] = {}
+        self._pod_cgroups: list[PodCgroup] = []
+        self._by_uid: dict[str, PodCgroup] = {}
+        self._last_cgroup_scan = float("-inf")
+        self._last_full_scan = float("-inf")
+        self._pid_pods: dict[int, str | None] = {}
+        self._busy_total = 0.0
+        self._node_total: dict[str, float] = {}
+        self._domain_total = dict.fromkeys(NODE_DOMAINS, 0.0)
+        self._buckets_total = {b: dict.fromkeys(NODE_DOMAINS, 0.0) for b in ("idle", "system")}
+        m = config.model
+        self.cpu_model = RollingFit(m.window_samples, m.min_samples, m.min_spread_cores)
+        self.gpu_models: dict[str, RollingFit] = {}
+        self._gpu_util: dict[str, float] = {}
+        self._cross: deque[tuple[float, float | None, dict[str, float]]] = deque()
+        self._ratio_ref: dict[str, float] = {}
+        self._drifting: set[str] = set()
+        self._owners: deque[tuple[float, dict[tuple[str, str, str], tuple[float, int]]]] = deque()
+        self._windows: dict[str, Window] = {}
+        self._healthy_before = False
+
+    # -- windows -------------------------------------------------------------------------------
+
+    def open_window(self, label: str = "") -> Window:
+        with self.lock:
+            if len(self._windows) >= MAX_WINDOWS:
+                raise OverflowError(f"{MAX_WINDOWS} windows are open; close some first")
+            window = Window(secrets.token_hex(8), self.meter.read(), label)
+            self._windows[window.id] = window
+            return window
+
+    def window(self, window_id: str) -> Window:
+        with self.lock:
+            if window_id not in self._windows:
+                raise UnknownWindow(window_id)
+            return self._windows[window_id]
+
+    def close_window(self, window_id: str) -> dict[str, Any]:
+        with self.lock:
+            window = self._windows.pop(window_id, None)
+            if window is None:
+                raise UnknownWindow(window_id)
+            end = self.meter.read()
+            layout = self.meter.layout
+        return window_energy(window.start, end, layout, window.id, window.label)
+
+    # -- sampling ------------------------------------------------------------------------------
+
+    def sample(self) -> Snapshot:
+        with self.lock:
+            return self._sample()
+
+    def _read_cpu(self, now: float) -> tuple[CpuTimes | None, dict[str, float]]:
+        times = None
+        if self.procstat is not None:
+            try:
+                times = self.procstat.read()
+                self._cpus = times.cpus
+            except Exception as err:
+                log.warning("node CPU time unavailable: %s", err)
+        usage: dict[str, float] = {}
+        if self.cgroups is not None:
+            # Pods are re-listed every cgroup_rescan_seconds when the listing changed, and fully
+            # (requests can change in place) every sources.rescan_seconds.
+            full = now - self._last_full_scan >= self.config.sources.rescan_seconds
+            if full or now - self._last_cgroup_scan >= self.config.attribution.cgroup_rescan_seconds:
+                self._last_cgroup_scan = now
+                if self.cgroups.changed() or full:
+                    self._last_full_scan = now
+                    self._pod_cgroups = self.cgroups.scan()
+                    self._by_uid = {c.uid: c for c in self._pod_cgroups}
+                    for uid, cgroup in self._by_uid.items():  # requests may have changed in place
+                        if uid in self._pods:
+                            self._pods[uid].cgroup = cgroup
+                    self._pid_pods.clear()
+            usage = self.cgroups.read(self._pod_cgroups)
+        return times, usage
+
+    def _gpu_use(self) -> tuple[dict[str, dict[str, float]], dict[str, float], dict[str, float]]:
+        """Per pod and per GPU SM use, the use of non-pod processes, and each GPU's utilisation."""
+        per_pod: dict[str, dict[str, float]] = {}
+        other: dict[str, float] = {}
+        util: dict[str, float] = {}
+        for source in self.meter.source_objects:
+            by_process = getattr(source, "process_utilisation", None)
+            if callable(by_process):
+                # with per-process use known, a GPU no process touches is idle (0), not unknown
+                for zone in source.zones():
+                    if zone.domain == "gpu":
+                        util.setdefault(zone.name, 0.0)
+                try:
+                    processes: Mapping[int, Mapping[str, float]] = by_process()
+                except Exception as err:
+                    log.debug("%s: per-process GPU use unavailable: %s", source.name, err)
+                    processes = {}
+                for pid, gpus in processes.items():
+                    if pid not in self._pid_pods:
+                        self._pid_pods[pid] = pod_uid_of_pid(self.config.roots.procfs, pid)
+                    uid = self._pid_pods[pid]
+                    for gpu, fraction in gpus.items():
+                        if uid is None:
+                            other[gpu] = other.get(gpu, 0.0) + fraction
+                        else:
+                            per_pod.setdefault(uid, {})
+                            per_pod[uid][gpu] = per_pod[uid].get(gpu, 0.0) + fraction
+                        util[gpu] = min(util.get(gpu, 0.0) + fraction, 1.0)
+            device_util = getattr(source, "utilisation", None)
+            if callable(device_util):
+                try:
+                    util.update({str(k): float(v) for k, v in device_util().items()})
+                except Exception as err:
+                    log.debug("%s: GPU utilisation unavailable: %s", source.name, err)
+        return per_pod, other, util
+
+    def _sample(self) -> Snapshot:
+        read = self.meter.read()
+        now = read.time
+        times, usage = self._read_cpu(now)
+        gpu_per_pod, gpu_other, gpu_util = self._gpu_use()
+        # The model learns only from intervals whose both edges read every source: a failed read
+        # shows as 0 W and the catch-up after it as double power.
+        healthy = self.meter.all_up()
+        learn, self._healthy_before = healthy and self._healthy_before, healthy
+        layout = self.meter.layout
+        prev = self._prev
+        interval: Interval | None = None
+        dt = now - prev.time if prev is not None else 0.0
+
+        # -- pods: baseline new ones, difference known ones, mark vanished ones --------------
+        by_uid = self._by_uid
+        pods = self._pods
+        pod_cpu: dict[str, float] = {}
+        for uid, seconds in usage.items():
+            pod = pods.get(uid)
+            if pod is None or not pod.present:
+                cgroup = by_uid.get(uid)
+                if cgroup is None:
+                    continue
+                if pod is None:
+                    pods[uid] = _Pod(cgroup, seconds, now)
+                else:
+                    pod.present, pod.cpu_last, pod.last_seen, pod.cgroup = True, seconds, now, cgroup
+                continue
+            delta = seconds - pod.cpu_last
+            pod.cpu_last = seconds
+            pod.last_seen = now
+            if delta >= 0:
+                pod_cpu[uid] = delta
+        if len(pods) != len(usage):
+            retention = self.config.attribution.pod_retention_seconds
+            for uid in pods.keys() - usage.keys():
+                pod = pods[uid]
+                pod.present = False
+                if now - pod.last_seen > retention:
+                    del pods[uid]
+
+        busy = 0.0
+        if times is not None:
+            if self._prev_busy is not None:
+                busy = max(times.busy_seconds - self._prev_busy, 0.0)
+            self._prev_busy = times.busy_seconds
+        elif prev is not None:
+            busy = sum(pod_cpu.values())
+        if prev is not None:
+            self._busy_total += busy
+
+        if prev is not None and dt > 0:
+            deltas: dict[ZoneKey, float] = {k: (v - prev.totals.get(k, 0)) / NANO for k, v in read.totals.items()}
+            split = split_node(layout, deltas)
+            pods_now = self._pods
+            usages = {
+                uid: PodUsage(cpu, pods_now[uid].cgroup.requests_millicores or 0.0, gpu_per_pod[uid])
+                if uid in gpu_per_pod
+                else PodUsage(cpu, pods_now[uid].cgroup.requests_millicores or 0.0)
+                for uid, cpu in pod_cpu.items()
+            }
+            gpu_idle = {g: self._gpu_model(g).idle_estimate() for g in split.gpu_zones}
+            result = attribute(
+                split,
+                dt,
+                busy,
+                usages,
+                idle_watts=self.cpu_model.idle_estimate(),
+                gpu_idle_watts=gpu_idle,
+                gpu_other_use=gpu_other,
+                policy=self.config.attribution.idle_policy,
+            )
+            for uid, domains in result.pods.items():
+                pod = self._pods[uid]
+                pod.cpu_total += pod_cpu[uid]
+                for domain, joules in domains.items():
+                    pod.energy[domain] = pod.energy.get(domain, 0.0) + joules
+            for bucket, domains in result.buckets.items():
+                for domain, joules in domains.items():
+                    self._buckets_total[bucket][domain] += joules
+            for domain, joules in split.domains.items():
+                self._domain_total[domain] += joules
+            if split.basis:
+                self._node_total[split.basis] = self._node_total.get(split.basis, 0.0) + split.node_joules
+            non_gpu = split.node_joules - split.domains.get("gpu", 0.0)
+            if learn and (layout.platform or layout.rapl or layout.psys):
+                self.cpu_model.add(busy / dt, non_gpu / dt)
+            for gpu, joules in split.gpu_zones.items():
+                if learn and gpu in gpu_util:
+                    self._gpu_model(gpu).add(gpu_util[gpu], joules / dt)
+            self._gpu_util = {g: gpu_util.get(g, 0.0) for g in split.gpu_zones}
+            self._cross_check(dt, split.rapl_joules, dict(split.platform_joules))
+            self._track_owners(dt, pod_cpu)
+            interval = Interval(
+                start=prev.time,
+                end=now,
+                seconds=dt,
+                basis=split.basis,
+                node_joules=split.node_joules,
+                domains=dict(split.domains),
+                pods=result.pods,  # built fresh by attribute() and never changed afterwards
+                buckets=result.buckets,
+                busy_cpu_seconds=busy,
+                pod_cpu_seconds=dict(pod_cpu),
+                zones={f"{k[0]}/{k[1]}": j for k, j in deltas.items()},
+            )
+        elif prev is not None and dt <= 0:
+            log.warning("clock did not advance between samples (%.6f → %.6f); interval skipped", prev.time, now)
+        self._prev = read
+        snapshot = self._build(read, interval, dt)
+        self.latest = snapshot
+        return snapshot
+
+    def _gpu_model(self, gpu: str) -> RollingFit:
+        model = self.gpu_models.get(gpu)
+        if model is None:
+            m = self.config.model
+            model = self.gpu_models[gpu] = RollingFit(m.window_samples, m.min_samples, m.min_spread_gpu)
+        return model
+
+    def _cross_check(self, dt: float, rapl: float | None, platform: dict[str, float]) -> None:
+        window = self.config.cross_check.window_seconds
+        self._cross.append((dt, rapl, platform))
+        span = sum(item[0] for item in self._cross)
+        while self._cross and span - self._cross[0][0] >= window:
+            span -= self._cross.popleft()[0]
+
+    def ratios(self) -> dict[str, float]:
+        """Energy ratios over the cross-check window: RAPL (package + DRAM) over each whole-server
+        source, and the second whole-server source over the first."""
+        layout = self.meter.layout
+        out: dict[str, float] = {}
+        platforms = [p for p in (layout.platform, *layout.platform_others) if p]
+        rapl_sum = sum(r for _, r, _ in self._cross if r is not None)
+        sums = {p: sum(pl.get(p, 0.0) for _, _, pl in self._cross) for p in platforms}
+        if layout.rapl:
+            for p in platforms:
+                if sums[p] > 0:
+                    out[f"{layout.rapl}/{p}"] = rapl_sum / sums[p]
+        if len(platforms) > 1 and sums[platforms[0]] > 0:
+            for p in platforms[1:]:
+                out[f"{p}/{platforms[0]}"] = sums[p] / sums[platforms[0]]
+        return out
+
+    def _check_drift(self, ratios: Mapping[str, float]) -> None:
+        """Warn when a ratio drifts more than ``cross_check.drift`` from its reference: 1 for two
+        whole-server sources, the ratio's long-run mean for RAPL over a whole-server source."""
+        if sum(item[0] for item in self._cross) < self.config.cross_check.window_seconds * 0.999:
+            return
+        drift = self.config.cross_check.drift
+        rapl = self.meter.layout.rapl
+        for pair, ratio in ratios.items():
+            same_thing = not (rapl and pair.startswith(rapl + "/"))
+            ref = 1.0 if same_thing else self._ratio_ref.setdefault(pair, ratio)
+            if not same_thing:  # slow mean: a time constant of ~60 windows
+                self._ratio_ref[pair] = ref + (ratio - ref) / 60.0
+            off = abs(ratio / ref - 1.0) if ref > 0 else 0.0
+            if off > drift and pair not in self._drifting:
+                self._drifting.add(pair)
+                log.warning(
+                    "sources %s disagree: ratio %.3f is %.1f %% off its reference %.3f (threshold %.1f %%)",
+                    pair,
+                    ratio,
+                    off * 100,
+                    ref,
+                    drift * 100,
+                )
+            elif off <= drift * 0.8 and pair in self._drifting:
+                self._drifting.discard(pair)
+                log.info("sources %s agree again: ratio %.3f", pair, ratio)
+
+    def _track_owners(self, dt: float, pod_cpu: Mapping[str, float]) -> None:
+        per_owner: dict[tuple[str, str, str], tuple[float, int]] = {}
+        if isinstance(self.directory, NoDirectory):
+            pod_cpu = {}  # owners come from the API only
+        for uid, cpu in pod_cpu.items():
+            meta = self.directory.lookup(uid)
+            if meta is None or not meta.owner:
+                continue
+            key = (meta.namespace, meta.owner_kind, meta.owner)
+            seconds, count = per_owner.get(key, (0.0, 0))
+            per_owner[key] = (seconds + cpu, count + 1)
+        self._owners.append((dt, per_owner))
+        span = sum(item[0] for item in self._owners)
+        while self._owners and span - self._owners[0][0] >= OWNER_WINDOW_SECONDS:
+            span -= self._owners.popleft()[0]
+
+    def _owner_cores(self) -> tuple[tuple[str, str, str, float], ...]:
+        cpu: dict[tuple[str, str, str], float] = {}
+        pod_seconds: dict[tuple[str, str, str], float] = {}
+        for dt, per_owner in self._owners:
+            for key, (seconds, count) in per_owner.items():
+                cpu[key] = cpu.get(key, 0.0) + seconds
+                pod_seconds[key] = pod_seconds.get(key, 0.0) + dt * count
+        return tuple(
+            (ns, kind, owner, cpu[(ns, kind, owner)] / s)
+            for (ns, kind, owner), s in sorted(pod_seconds.items())
+            if s > 0
+        )
+
+    # -- the snapshot --------------------------------------------------------------------------
+
+    def _build(self, read: MeterRead, interval: Interval | None, dt: float) -> Snapshot:
+        zones = []
+        prev_watts = interval.zones if interval is not None else {}
+        for info, total_nj, present in self.meter.zone_states():
+            key = f"{info.source}/{info.zone}"
+            watts = prev_watts[key] / dt if key in prev_watts and dt > 0 else None
+            zones.append(
+                ZoneSnapshot(
+                    info.source,
+                    info.zone,
+                    info.domain,
+                    info.kind,
+                    info.parent,
+                    info.max_joules,
+                    total_nj / NANO,
+                    watts,
+                    present,
+                )
+            )
+        pods = []
+        lookup = None if isinstance(self.directory, NoDirectory) else self.directory.lookup
+        for uid, pod in sorted(self._pods.items()):
+            cg = pod.cgroup
+            meta = lookup(uid) if lookup is not None else None
+            if meta is None:  # positional: hundreds of these per interval
+                pods.append(
+                    PodSnapshot(
+                        uid,
+                        "",
+                        uid,
+                        cg.qos,
+                        "",
+                        "",
+                        cg.requests_millicores,
+                        pod.cpu_total,
+                        pod.energy.copy(),
+                        pod.present,
+                    )
+                )
+            else:
+                ident = (uid, meta.namespace, meta.name, cg.qos, meta.owner_kind, meta.owner)
+                pods.append(PodSnapshot(*ident, cg.requests_millicores, pod.cpu_total, pod.energy.copy(), pod.present))
+        models = []
+        fit = self.cpu_model.fit()
+        if fit is not None:
+            models.append(ModelSnapshot("cpu", fit.idle_watts, fit.slope_watts, fit.r2, fit.samples))
+        gpu_fits = {g: m.fit() for g, m in sorted(self.gpu_models.items())}
+        for gpu, gfit in gpu_fits.items():
+            if gfit is not None:
+                models.append(ModelSnapshot(gpu, gfit.idle_watts, gfit.slope_watts, gfit.r2, gfit.samples))
+        ratios = self.ratios()
+        self._check_drift(ratios)
+        utilisation = 0.0
+        if interval is not None and dt > 0:
+            utilisation = min(max(interval.busy_cpu_seconds / (dt * self._cpus), 0.0), 1.0)
+        layout = self.meter.layout
+        self._seq += 1
+        return Snapshot(
+            node=self.node,
+            seq=self._seq,
+            time=read.time,
+            interval_seconds=self.config.interval_seconds,
+            idle_policy=self.config.attribution.idle_policy,
+            cpus=self._cpus,
+            utilisation=utilisation,
+            basis=layout.basis,
+            sources_used=layout.sources,
+            zones=tuple(zones),
+            sources=self.meter.source_snapshots(),
+            node_energy_total=dict(self._node_total),
+            node_power_watts=interval.node_joules / dt if interval is not None and dt > 0 and layout.basis else None,
+            domain_energy_total=dict(self._domain_total),
+            buckets_total={b: dict(d) for b, d in self._buckets_total.items()},
+            busy_cpu_seconds_total=self._busy_total,
+            pods=tuple(pods),
+            models=tuple(models),
+            anomalies=tuple((s, z, k, c) for (s, z, k), c in sorted(self.meter.anomalies.items())),
+            ratios=ratios,
+            gpus=self._gpu_summary(gpu_fits),
+            owners=self._owner_cores(),
+            windows_open=len(self._windows),
+            interval=interval,
+            server_id=self.config.node.server_id,
+            site=self.config.node.site,
+            speed=self.config.node.speed,
+            power_cap_watts=self.config.node.power_cap_watts,
+            domains=layout.domains,
+        )
+
+    def _gpu_summary(self, fits: Mapping[str, Any]) -> GpuSummary | None:
+        gpus = sorted(self._gpu_util)
+        if not gpus:
+            return None
+        limits: dict[str, float] = {}
+        for source in self.meter.source_objects:
+            power_limits = getattr(source, "power_limits", None)
+            if callable(power_limits):
+                try:
+                    limits.update({str(k): float(v) for k, v in power_limits().items()})
+                except Exception as err:
+                    log.debug("%s: GPU power limits unavailable: %s", source.name, err)
+        idle, peak = [], []
+        for gpu in gpus:
+            model = self._gpu_model(gpu)
+            fit = fits.get(gpu)
+            i = model.idle_estimate()
+            idle.append(i)
+            peak.append(limits.get(gpu) or (i + max(fit.slope_watts, 0.0) if fit is not None else i))
+        n = len(gpus)
+        return GpuSummary(n, sum(idle) / n, max(sum(peak) / n, sum(idle) / n), sum(self._gpu_util.values()) / n)
+
+
+def window_energy(
+    start: MeterRead, end: MeterRead, layout: Any, window_id: str = "", label: str = ""
+) -> dict[str, Any]:
+    """Energy per domain between two meter reads (a window's edges), as a JSON-ready mapping."""
+    deltas = {k: (v - start.totals[k]) / NANO for k, v in end.totals.items() if k in start.totals}
+    split = split_node(layout, deltas)
+    return {
+        "id": window_id,
+        "label": label,
+        "start": start.time,
+        "end": end.time,
+        "seconds": end.time - start.time,
+        "basis": split.basis,
+        "sources": list(layout.sources),
+        "joules": {"node": split.node_joules, **{d: split.domains[d] for d in NODE_DOMAINS}},
+        "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(deltas.items())},
+    }
+
+
+__all__ = ["Sampler", "UnknownWindow", "Window", "window_energy"]
