@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -73,7 +73,9 @@ class Extender(Protocol):
     name: str
     calls: int
 
-    def decide(self, pod: PodRequest, candidates: np.ndarray, view: ClusterView, now: float) -> tuple[np.ndarray, np.ndarray]:
+    def decide(
+        self, pod: PodRequest, candidates: np.ndarray, view: ClusterView, now: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(passed mask, 0..10 scores) for ``candidates`` (node indices)."""
         ...
 
@@ -126,13 +128,20 @@ class InProcessExtender:
         self.calls = 0
         profiles = parse_profiles(document, f"simulated cluster for {name}")
         self.base = NodeArrays.build(profiles.nodes)
-        self.sites = [p.site for p in profiles.nodes]
+        self.site_names = sorted({p.site for p in profiles.nodes})
+        self.site_index = np.array([self.site_names.index(p.site) for p in profiles.nodes], dtype=np.intp)
         self._arrays = self.base
         self._version = -1
+        self._carbon_key: tuple[float, ...] = ()
+        self._carbon = np.zeros(len(profiles.nodes))
 
     def _arrays_for(self, view: ClusterView) -> NodeArrays:
         if view.version != self._version:
-            ci = np.fromiter((view.carbon_intensity.get(s, 0.0) for s in self.sites), dtype=float, count=len(self.sites))
+            key = tuple(view.carbon_intensity.get(s, 0.0) for s in self.site_names)
+            if key != self._carbon_key:  # changes once an hour at most
+                self._carbon = np.asarray(key, dtype=float)[self.site_index]
+                self._carbon_key = key
+            ci = self._carbon
             self._arrays = self.base.with_columns(
                 utilisation=view.utilisation,
                 gpu_utilisation=view.gpu_utilisation,
@@ -141,7 +150,9 @@ class InProcessExtender:
             self._version = view.version
         return self._arrays
 
-    def decide(self, pod: PodRequest, candidates: np.ndarray, view: ClusterView, now: float) -> tuple[np.ndarray, np.ndarray]:
+    def decide(
+        self, pod: PodRequest, candidates: np.ndarray, view: ClusterView, now: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         self.calls += 1
         ev = evaluate(self._arrays_for(view), candidates, demand_of(pod), self.policy, now)
         return ~ev.failed, ev.scores
@@ -153,7 +164,9 @@ class InProcessExtender:
 class HttpExtender:
     """A running extender, called with the real wire protocol over one kept-alive connection."""
 
-    def __init__(self, name: str, url: str, profile_path: str | Path, *, timeout: float = 30.0, use_filter: bool = True) -> None:
+    def __init__(
+        self, name: str, url: str, profile_path: str | Path, *, timeout: float = 30.0, use_filter: bool = True
+    ) -> None:
         self.name = name
         self.url = url.rstrip("/")
         parts = urlsplit(self.url)
@@ -200,14 +213,18 @@ class HttpExtender:
                     raise ExtenderCallError(f"POST {self.url}/{verb}: {err} — is the extender running?") from err
                 continue
             if response.status != 200:
-                raise ExtenderCallError(f"POST {self.url}/{verb}: HTTP {response.status}: {payload[:300].decode(errors='replace')}")
+                raise ExtenderCallError(
+                    f"POST {self.url}/{verb}: HTTP {response.status}: {payload[:300].decode(errors='replace')}"
+                )
             try:
                 return orjson.loads(payload)
             except orjson.JSONDecodeError as err:
                 raise ExtenderCallError(f"POST {self.url}/{verb}: answer is not JSON: {payload[:200]!r}") from err
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def decide(self, pod: PodRequest, candidates: np.ndarray, view: ClusterView, now: float) -> tuple[np.ndarray, np.ndarray]:
+    def decide(
+        self, pod: PodRequest, candidates: np.ndarray, view: ClusterView, now: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         self.calls += 1
         self.write_profiles(view)
         names = [view.names[i] for i in candidates]
@@ -216,7 +233,9 @@ class HttpExtender:
         if self.use_filter:
             result = self._post("filter", orjson.dumps({"Pod": doc, "NodeNames": names}))
             if not isinstance(result, dict):
-                raise ExtenderCallError(f"POST {self.url}/filter: expected an ExtenderFilterResult object, got {result!r:.200}")
+                raise ExtenderCallError(
+                    f"POST {self.url}/filter: expected an ExtenderFilterResult object, got {result!r:.200}"
+                )
             if result.get("Error"):
                 raise ExtenderCallError(f"POST {self.url}/filter: extender error: {result['Error']}")
             kept = set(result.get("NodeNames") or [])
@@ -226,7 +245,9 @@ class HttpExtender:
         if len(keep) > 1:
             answer = self._post("prioritize", orjson.dumps({"Pod": doc, "NodeNames": keep}))
             if not isinstance(answer, list):
-                raise ExtenderCallError(f"POST {self.url}/prioritize: expected a HostPriorityList array, got {answer!r:.200}")
+                raise ExtenderCallError(
+                    f"POST {self.url}/prioritize: expected a HostPriorityList array, got {answer!r:.200}"
+                )
             by_host = {}
             for item in answer:
                 if not isinstance(item, dict) or "Host" not in item or "Score" not in item:
@@ -278,7 +299,9 @@ class SpawnedExtender:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/scheduler"
         config_path = self.dir / f"extender-{policy.strategy}.yaml"
-        config_path.write_text(yaml.safe_dump(extender_config(self.profile_path, policy, f"127.0.0.1:{port}")), encoding="utf-8")
+        config_path.write_text(
+            yaml.safe_dump(extender_config(self.profile_path, policy, f"127.0.0.1:{port}")), encoding="utf-8"
+        )
         self.log_path = self.dir / f"extender-{policy.strategy}.log"
         env = dict(os.environ)
         env.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="joulesched-sim-metrics-"))

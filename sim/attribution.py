@@ -1,0 +1,355 @@
+"""How well measurement methods attribute energy to tasks, checked against the model's truth.
+
+**Ground truth.** Between two events a node's power ``P`` and the busy cores ``U`` of its
+running pods are constant. At every instant the node's power is split among its running pods
+in proportion to the cores each keeps busy (equally when none is busy); idle time with no
+pod belongs to no pod. A pod's true energy is the integral of its share. Node energy is
+``∫ P``. Both are exact (piecewise-constant integrands).
+
+**Methods** (each gives an energy per pod, summed per workflow):
+
+* ``counter_edges`` — what the agent does: read the node's energy counter and every pod's
+  CPU time at each pod start and end on the node, and split each counter difference by the
+  pods' CPU-time differences. Exact in the model (between task edges nothing changes); its
+  real-world error is the sensor's (what RAPL/IPMI covers), not the method's.
+* ``cpu_share`` — one split per task over its whole life: node energy during the task ×
+  the task's CPU time / all CPU time on the node during the task.
+* ``pod_increase_{15,30}s`` — a per-pod energy counter scraped every 15/30 s, summed with
+  ``increase(pod_energy[D])`` at the workflow's end (``D`` its duration), with Prometheus'
+  extrapolation (``promql/functions.go`` ``extrapolatedRate``). A series with fewer than two
+  samples in the range gives nothing.
+* ``pod_sum_over_time_{15,30}s`` — the naive way: ``sum_over_time(pod_power[D]) × interval``,
+  each sampled power standing for a whole interval.
+* ``node_increase_{15,30}s``, ``node_sum_over_time_{15,30}s`` — the same two queries on the
+  node-level counter and power of the nodes the workflow ran on, compared with the true node
+  energy over the workflow's window. Only meaningful when the workflow ran alone on those
+  nodes (as in the published comparison), which is how :func:`attribution_runs` runs it.
+
+Scrape phase matters for short workflows: every sampled method is evaluated at
+``PHASES`` evenly spaced phases; ``error_percent`` is the one at the seed's phase, with the
+mean and worst absolute error over all phases beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.engine import SimResult
+
+INTERVALS = (15.0, 30.0)
+PHASES = 12
+METHODS = (
+    "counter_edges",
+    "cpu_share",
+    "pod_increase_15s",
+    "pod_increase_30s",
+    "pod_sum_over_time_15s",
+    "pod_sum_over_time_30s",
+    "node_increase_15s",
+    "node_increase_30s",
+    "node_sum_over_time_15s",
+    "node_sum_over_time_30s",
+)
+
+
+@dataclass(frozen=True)
+class NodeTrack:
+    """One node's steps: from ``t[k]`` on, power ``p[k]``, busy cores ``u[k]``, ``n[k]`` pods."""
+
+    t: np.ndarray
+    p: np.ndarray
+    u: np.ndarray
+    n: np.ndarray
+
+    @classmethod
+    def of(cls, steps: Sequence[tuple[float, float, float, int]]) -> NodeTrack:
+        arr = np.array(steps, dtype=float).reshape(-1, 4)
+        return cls(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3])
+
+    def _cumulative(self, rate: np.ndarray) -> np.ndarray:
+        dt = np.diff(self.t)
+        return np.concatenate(([0.0], np.cumsum(rate[:-1] * dt)))
+
+    def energy_fn(self) -> np.ndarray:
+        return self._cumulative(self.p)
+
+    def cpu_fn(self) -> np.ndarray:
+        return self._cumulative(self.u)
+
+    def share_fns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cumulative power per busy core (U > 0), and per pod where no pod is busy."""
+        busy = self.u > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_core = np.where(busy, self.p / np.where(busy, self.u, 1.0), 0.0)
+            per_pod = np.where(~busy & (self.n > 0), self.p / np.maximum(self.n, 1.0), 0.0)
+        return self._cumulative(per_core), self._cumulative(per_pod)
+
+    def at(self, cumulative: np.ndarray, when: np.ndarray | float) -> np.ndarray:
+        return np.interp(when, self.t, cumulative)
+
+    def step_at(self, values: np.ndarray, when: np.ndarray) -> np.ndarray:
+        """The step function's value at ``when`` (the last step starting at or before it)."""
+        k = np.searchsorted(self.t, when, side="right") - 1
+        return values[np.clip(k, 0, len(values) - 1)]
+
+
+def prometheus_increase(times: np.ndarray, values: np.ndarray, range_start: float, range_end: float) -> float | None:
+    """``increase()`` of one counter series over ``(range_start, range_end]`` (Prometheus 3)."""
+    inside = (times > range_start) & (times <= range_end)
+    t, v = times[inside], values[inside]
+    if len(t) < 2:
+        return None
+    result = float(v[-1] - v[0])
+    resets = np.flatnonzero(np.diff(v) < 0)
+    result += float(v[resets].sum())
+    sampled = float(t[-1] - t[0])
+    average = sampled / (len(t) - 1)
+    to_start = float(t[0] - range_start)
+    to_end = float(range_end - t[-1])
+    threshold = average * 1.1
+    if to_start >= threshold:
+        to_start = average / 2
+    if result > 0 and v[0] >= 0:
+        to_zero = sampled * (float(v[0]) / result)
+        to_start = min(to_start, to_zero)
+    if to_end >= threshold:
+        to_end = average / 2
+    return result * (sampled + to_start + to_end) / sampled
+
+
+def _scrapes(start: float, end: float, interval: float, phase: float) -> np.ndarray:
+    """Scrape times ``phase + k·interval`` in ``(start, end]``."""
+    first = np.floor((start - phase) / interval) + 1
+    last = np.floor((end - phase) / interval)
+    if last < first:
+        return np.zeros(0)
+    return phase + np.arange(first, last + 1) * interval
+
+
+@dataclass
+class PodTruth:
+    node: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    usage: np.ndarray
+    truth: np.ndarray  # joules
+    counter_edges: np.ndarray
+    cpu_share: np.ndarray
+
+
+class Attribution:
+    """Per-pod truth and estimates for one run recorded with ``record_segments``."""
+
+    def __init__(self, result: SimResult, usage: Sequence[float]) -> None:
+        if not result.segments:
+            raise ValueError("the run was not recorded with record_segments=True")
+        self.result = result
+        self.tracks = [NodeTrack.of(steps) for steps in result.segments]
+        pods = result.pods
+        ran = ~np.isnan(pods.start)
+        self.ran = ran
+        self.node = pods.node
+        self.start = pods.start
+        self.end = pods.end
+        self.usage = np.asarray(usage, dtype=float)
+        self._fns = [(tr.energy_fn(), tr.cpu_fn(), *tr.share_fns()) for tr in self.tracks]
+        m = len(self.usage)
+        self.truth = np.zeros(m)
+        self.counter_edges = np.zeros(m)
+        self.cpu_share = np.zeros(m)
+        for n, tr in enumerate(self.tracks):
+            idx = np.flatnonzero(ran & (self.node == n))
+            if len(idx) == 0:
+                continue
+            energy, cpu, per_core, per_pod = self._fns[n]
+            s, e, u = self.start[idx], self.end[idx], self.usage[idx]
+            self.truth[idx] = u * (tr.at(per_core, e) - tr.at(per_core, s)) + (tr.at(per_pod, e) - tr.at(per_pod, s))
+            self.counter_edges[idx] = self._counter_edges(tr, energy, s, e, u)
+            d_energy = tr.at(energy, e) - tr.at(energy, s)
+            d_cpu = tr.at(cpu, e) - tr.at(cpu, s)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.cpu_share[idx] = np.where(d_cpu > 0, d_energy * u * (e - s) / d_cpu, 0.0)
+
+    @staticmethod
+    def _counter_edges(tr: NodeTrack, energy: np.ndarray, s: np.ndarray, e: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Counter read at every pod start/end on the node; each difference split by CPU time."""
+        reads = np.unique(np.concatenate((s, e)))
+        if len(reads) < 2:
+            return np.zeros(len(s))
+        d_energy = np.diff(tr.at(energy, reads))
+        # Busy cores in each read interval: the pods running over all of it (constant inside).
+        busy = np.zeros(len(reads) - 1)
+        count = np.zeros(len(reads) - 1)
+        for si, ei, ui in zip(s, e, u, strict=True):
+            a = np.searchsorted(reads, si)
+            b = np.searchsorted(reads, ei)
+            busy[a:b] += ui
+            count[a:b] += 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_core = np.where(busy > 0, d_energy / np.where(busy > 0, busy, 1.0), 0.0)
+            per_pod = np.where((busy <= 0) & (count > 0), d_energy / np.maximum(count, 1.0), 0.0)
+        cum_core = np.concatenate(([0.0], np.cumsum(per_core)))
+        cum_pod = np.concatenate(([0.0], np.cumsum(per_pod)))
+        a = np.searchsorted(reads, s)
+        b = np.searchsorted(reads, e)
+        return u * (cum_core[b] - cum_core[a]) + (cum_pod[b] - cum_pod[a])
+
+    # -- Prometheus ---------------------------------------------------------------------------
+
+    def _pod_counter(self, i: int, times: np.ndarray) -> np.ndarray:
+        n = int(self.node[i])
+        tr = self.tracks[n]
+        _, _, per_core, per_pod = self._fns[n]
+        s, u = self.start[i], self.usage[i]
+        return u * (tr.at(per_core, times) - tr.at(per_core, s)) + (tr.at(per_pod, times) - tr.at(per_pod, s))
+
+    def _pod_power(self, i: int, times: np.ndarray) -> np.ndarray:
+        tr = self.tracks[int(self.node[i])]
+        p, u, n = tr.step_at(tr.p, times), tr.step_at(tr.u, times), tr.step_at(tr.n, times)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(
+                u > 0, p * self.usage[i] / np.where(u > 0, u, 1.0), np.where(n > 0, p / np.maximum(n, 1.0), 0.0)
+            )
+
+    def workflow(
+        self, pods: np.ndarray, phases: Sequence[float], intervals: Sequence[float] = INTERVALS
+    ) -> dict[str, object]:
+        """Every method for the pods of one workflow, at each phase (a fraction of the interval)."""
+        pods = pods[self.ran[pods]]
+        w_start = float(self.start[pods].min())
+        w_end = float(self.end[pods].max())
+        truth = float(self.truth[pods].sum())
+        nodes = np.unique(self.node[pods]).astype(int)
+        node_truth = 0.0
+        for n in nodes:
+            tr = self.tracks[n]
+            energy = self._fns[n][0]
+            node_truth += float(tr.at(energy, w_end) - tr.at(energy, w_start))
+        est: dict[str, list[float]] = {m: [] for m in METHODS}
+        breakdown: dict[str, list[dict[str, float]]] = {}
+        for phase_fraction in phases:
+            est["counter_edges"].append(float(self.counter_edges[pods].sum()))
+            est["cpu_share"].append(float(self.cpu_share[pods].sum()))
+            for interval in intervals:
+                phase = phase_fraction * interval
+                scrapes = _scrapes(w_start, w_end, interval, phase)
+                tag = f"{interval:g}s"
+                inc_total = sot_total = 0.0
+                missed_inc = missed_sot = 0.0
+                for i in pods:
+                    times = scrapes[(scrapes >= self.start[i]) & (scrapes < self.end[i])]
+                    if len(times) >= 2:
+                        value = prometheus_increase(times, self._pod_counter(i, times), w_start, w_end)
+                        inc_total += value or 0.0
+                    else:
+                        missed_inc += self.truth[i]
+                    if len(times):
+                        sot_total += float(self._pod_power(i, times).sum()) * interval
+                    else:
+                        missed_sot += self.truth[i]
+                est[f"pod_increase_{tag}"].append(inc_total)
+                est[f"pod_sum_over_time_{tag}"].append(sot_total)
+                node_inc = node_sot = 0.0
+                true_mean = node_truth / (w_end - w_start) if w_end > w_start else 0.0
+                sampled_power = []
+                for n in nodes:
+                    tr = self.tracks[n]
+                    energy = self._fns[n][0]
+                    value = (
+                        prometheus_increase(scrapes, tr.at(energy, scrapes), w_start, w_end)
+                        if len(scrapes) >= 2
+                        else None
+                    )
+                    node_inc += value or 0.0
+                    watts = tr.step_at(tr.p, scrapes)
+                    node_sot += float(watts.sum()) * interval
+                    sampled_power.append(watts)
+                est[f"node_increase_{tag}"].append(node_inc)
+                est[f"node_sum_over_time_{tag}"].append(node_sot)
+                total_sampled = np.sum(sampled_power, axis=0) if sampled_power and len(scrapes) else np.zeros(0)
+                breakdown.setdefault(tag, []).append(
+                    {
+                        "samples": float(len(scrapes)),
+                        "window_coverage_percent": 100.0 * (len(scrapes) * interval / (w_end - w_start) - 1.0)
+                        if w_end > w_start
+                        else 0.0,
+                        "sampled_power_bias_percent": 100.0 * (float(total_sampled.mean()) / true_mean - 1.0)
+                        if len(total_sampled) and true_mean
+                        else 0.0,
+                        "energy_in_tasks_unsampled_percent": 100.0 * missed_sot / truth if truth else 0.0,
+                        "energy_in_tasks_under_two_samples_percent": 100.0 * missed_inc / truth if truth else 0.0,
+                    }
+                )
+        durations = self.end[pods] - self.start[pods]
+        methods: dict[str, dict[str, float]] = {}
+        for m, values in est.items():
+            ref = node_truth if m.startswith("node_") else truth
+            errors = np.array([100.0 * (v - ref) / ref if ref else 0.0 for v in values])
+            methods[m] = {
+                "joules": values[0],
+                "error_percent": float(errors[0]),
+                "mean_abs_error_percent": float(np.abs(errors).mean()),
+                "max_abs_error_percent": float(np.abs(errors).max()),
+            }
+        for m, per_pod in (("counter_edges", self.counter_edges), ("cpu_share", self.cpu_share)):
+            t = self.truth[pods]
+            ok = t > 0
+            methods[m]["task_mape_percent"] = (
+                float(np.mean(np.abs(per_pod[pods][ok] - t[ok]) / t[ok]) * 100.0) if ok.any() else 0.0
+            )
+        mean_breakdown: dict[str, dict[str, object]] = {}
+        for tag, rows in breakdown.items():
+            mean_breakdown[tag] = {
+                "samples": float(np.mean([r["samples"] for r in rows])),
+                "window_coverage_abs_percent": float(np.mean([abs(r["window_coverage_percent"]) for r in rows])),
+                "sampled_power_bias_abs_percent": float(np.mean([abs(r["sampled_power_bias_percent"]) for r in rows])),
+                "energy_in_tasks_unsampled_percent": float(np.mean([r["energy_in_tasks_unsampled_percent"] for r in rows])),
+                "energy_in_tasks_under_two_samples_percent": float(np.mean([r["energy_in_tasks_under_two_samples_percent"] for r in rows])),
+                "at_seed_phase": rows[0],
+            }
+        return {
+            "tasks": len(pods),
+            "duration_seconds": w_end - w_start,
+            "median_task_seconds": float(np.median(durations)),
+            "tasks_shorter_than_30s": int(np.count_nonzero(durations < 30.0)),
+            "nodes": len(nodes),
+            "truth_joules": truth,
+            "node_truth_joules": node_truth,
+            "methods": methods,
+            "breakdown": mean_breakdown,
+        }
+
+
+def scrape_example(
+    att: Attribution, pods: np.ndarray, name: str, phase_fraction: float, interval: float = 30.0
+) -> dict[str, object]:
+    """The summed power of the nodes a workflow used, and what 30 s scrapes of it see."""
+    pods = pods[att.ran[pods]]
+    w_start = float(att.start[pods].min())
+    w_end = float(att.end[pods].max())
+    nodes = np.unique(att.node[pods]).astype(int)
+    margin = 2 * interval
+    times = np.unique(np.concatenate([att.tracks[n].t for n in nodes]))
+    times = times[(times >= w_start - margin) & (times <= w_end + margin)]
+    times = np.unique(np.concatenate(([w_start - margin], times, [w_end + margin])))
+    watts = sum(att.tracks[n].step_at(att.tracks[n].p, times) for n in nodes)
+    scrapes = _scrapes(w_start, w_end, interval, phase_fraction * interval)
+    sampled = sum(att.tracks[n].step_at(att.tracks[n].p, scrapes) for n in nodes) if len(scrapes) else np.zeros(0)
+    return {
+        "workflow": name,
+        "start": w_start,
+        "end": w_end,
+        "t": times.tolist(),
+        "watts": np.asarray(watts).tolist(),
+        "scrape_t": scrapes.tolist(),
+        "scrape_watts": np.asarray(sampled).tolist(),
+    }
+
+
+def phases_for(seed: int, count: int = PHASES) -> list[float]:
+    """The seed's phase first, then ``count − 1`` more spread evenly over the interval."""
+    first = float(np.random.default_rng(seed).uniform())
+    return [first, *[(first + k / count) % 1.0 for k in range(1, count)]]

@@ -1,0 +1,301 @@
+"""``joulesched sim``: replay workloads on a modelled cluster and compare scheduling policies.
+
+joulesched sim run --trace FILE... --cluster FILE --out DIR [--policies default,most-allocated,energy,carbon]
+                   [--seed N] [--percentage-of-nodes-to-score P] [--extender-weight W] [--policy-config FILE]
+                   [--extender-url URL|auto|STRATEGY=URL ...] [--extender-profiles FILE|STRATEGY=FILE ...]
+                   [--repeat N --every S] [--recording FILE...] [--attribution-cluster FILE] [--no-attribution]
+                   [--sensitivity]
+joulesched sim demo [--out DIR]
+joulesched sim generate workflow --shape NAME | --tasks N --makespan S [--layers L] --out FILE.json
+joulesched sim generate pods --count N --cluster-cores C [--utilisation U] --out FILE.csv
+joulesched sim profiles --cluster FILE --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from policy.config import PolicyConfig, parse_policy
+from policy.errors import ConfigError, PolicyError
+from policy.validate import Checker
+from sim.cluster import ClusterSpec, load_cluster
+from sim.errors import SimError
+from sim.model import Trace, Workload, repeat
+from sim.runner import DEFAULT_EXTENDER_WEIGHT, POLICIES, RunOptions, check_policies, write_profiles
+
+
+def _split_map(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    """``URL`` (every joulesched policy) or ``energy=URL carbon=URL``."""
+    out: dict[str, str] = {}
+    for value in values or []:
+        key, sep, rest = value.partition("=")
+        if sep and key in ("energy", "carbon"):
+            out[key] = rest
+        elif sep and "://" not in key:
+            raise SimError(f"{flag} {value!r}: the part before '=' must be energy or carbon")
+        else:
+            out["energy"] = out["carbon"] = value
+    return out
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="joulesched sim", description="Replay workloads on a modelled cluster and compare policies."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="replay traces on a cluster with several policies and write a report")
+    run.add_argument(
+        "--trace",
+        action="extend",
+        nargs="+",
+        required=True,
+        metavar="FILE",
+        help="WfFormat .json, Nextflow trace.txt, pod CSV or openb CSV",
+    )
+    run.add_argument(
+        "--cluster", required=True, metavar="FILE", help="cluster spec YAML (see sim/data/clusters/example.yaml)"
+    )
+    run.add_argument("--out", required=True, metavar="DIR", help="report folder (created)")
+    run.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        default=0,
+        metavar="P",
+        help="0 (default): kube-scheduler's adaptive value; 1..100",
+    )
+    run.add_argument(
+        "--extender-weight",
+        type=int,
+        default=DEFAULT_EXTENDER_WEIGHT,
+        help="kube-scheduler extender weight (deploy/ uses 5)",
+    )
+    run.add_argument(
+        "--policy-config",
+        metavar="FILE",
+        help="YAML with a policy: mapping (band, neutral_score, ...; strategy is set per policy)",
+    )
+    run.add_argument(
+        "--extender-url",
+        action="append",
+        metavar="URL",
+        help="call a running extender over HTTP (URL, auto, or energy=URL / carbon=URL)",
+    )
+    run.add_argument(
+        "--extender-profiles",
+        action="append",
+        metavar="FILE",
+        help="the profile file that extender's file source reads (FILE or energy=FILE)",
+    )
+    run.add_argument("--repeat", type=int, default=1, metavar="N", help="submit each trace N times")
+    run.add_argument("--every", type=float, default=600.0, metavar="S", help="seconds between repeats (default 600)")
+    run.add_argument(
+        "--recording",
+        action="extend",
+        nargs="+",
+        metavar="FILE",
+        help="agent recordings whose measured power replaces the model",
+    )
+    run.add_argument(
+        "--attribution-cluster", metavar="FILE", help="cluster for the attribution runs (default: --cluster)"
+    )
+    run.add_argument("--no-attribution", action="store_true", help="skip the attribution comparison")
+    run.add_argument("--sensitivity", action="store_true", help="also run every policy with the autoscaler off")
+    run.add_argument("--no-plots", action="store_true")
+
+    demo = sub.add_parser("demo", help="the shipped example end to end (under a minute)")
+    demo.add_argument("--out", default="sim-demo", metavar="DIR")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--extender-url", action="append", metavar="URL", help="as for run (auto: start extenders)")
+
+    gen = sub.add_parser("generate", help="write a synthetic trace of a given shape")
+    gsub = gen.add_subparsers(dest="kind", required=True)
+    wf = gsub.add_parser("workflow", help="a layered workflow DAG (WfFormat JSON)")
+    wf.add_argument("--shape", help="rnaseq-shape, quantms-shape or rangeland-shape")
+    wf.add_argument("--tasks", type=int)
+    wf.add_argument("--makespan", type=float, help="seconds (about the critical path)")
+    wf.add_argument("--layers", type=int, default=5)
+    wf.add_argument("--cores", default="1,4", help="request range MIN,MAX (whole cores)")
+    wf.add_argument("--seed", type=int, default=0)
+    wf.add_argument("--name")
+    wf.add_argument("--out", required=True)
+    pods = gsub.add_parser("pods", help="independent pods with Poisson arrivals (pod CSV)")
+    pods.add_argument("--count", type=int, required=True)
+    pods.add_argument("--cluster-cores", type=float, required=True)
+    pods.add_argument("--utilisation", type=float, default=0.6)
+    pods.add_argument("--mean-duration", type=float, default=300.0)
+    pods.add_argument("--seed", type=int, default=0)
+    pods.add_argument("--out", required=True)
+
+    prof = sub.add_parser("profiles", help="write a cluster as the profile document an extender reads")
+    prof.add_argument("--cluster", required=True)
+    prof.add_argument("--out", required=True)
+    return p.parse_args(list(argv))
+
+
+def load_policy(path: str | None) -> PolicyConfig:
+    if path is None:
+        return PolicyConfig()
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(path, [f"cannot read: {err.strerror or err}"]) from err
+    except yaml.YAMLError as err:
+        raise ConfigError(path, [f"not valid YAML: {err}"]) from err
+    check = Checker(path)
+    root = check.mapping(doc, "")
+    check.unknown_keys(root, ("policy",), "")
+    cfg = parse_policy(root.get("policy"), check, "policy")
+    check.raise_if_any()
+    return cfg
+
+
+def read_traces(paths: Sequence[str]) -> list[Trace]:
+    from sim.traces import read_trace
+
+    return [read_trace(p) for p in paths]
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "demo":
+            from sim.demo import run_demo
+
+            return run_demo(
+                Path(args.out), seed=args.seed, extender_urls=_split_map(args.extender_url, "--extender-url")
+            )
+        if args.command == "generate":
+            return cmd_generate(args)
+        if args.command == "profiles":
+            write_profiles(args.out, load_cluster(args.cluster))
+            print(f"wrote {args.out}")
+            return 0
+    except (SimError, PolicyError) as err:
+        print(f"joulesched sim: {err}", file=sys.stderr)
+        return 2
+    return 2  # pragma: no cover - argparse requires a command
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sim.execute import execute
+
+    policies = check_policies([p.strip() for p in args.policies.split(",") if p.strip()])
+    if not 0 <= args.percentage_of_nodes_to_score <= 100:
+        raise SimError(f"--percentage-of-nodes-to-score: must be 0..100, got {args.percentage_of_nodes_to_score}")
+    if args.extender_weight < 1:
+        raise SimError(f"--extender-weight: must be >= 1, got {args.extender_weight}")
+    if args.repeat < 1:
+        raise SimError(f"--repeat: must be >= 1, got {args.repeat}")
+    cluster = load_cluster(args.cluster)
+    traces = read_traces(args.trace)
+    workload = Workload.of([copy for t in traces for copy in repeat(t, args.repeat, args.every)])
+    attribution_cluster = load_cluster(args.attribution_cluster) if args.attribution_cluster else cluster
+    samples = _samples(args.recording, cluster) if args.recording else ()
+    opts = RunOptions(
+        policies=policies,
+        seed=args.seed,
+        percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+        extender_weight=args.extender_weight,
+        policy=load_policy(args.policy_config),
+        extender_urls=_split_map(args.extender_url, "--extender-url"),
+        extender_profiles=_split_map(args.extender_profiles, "--extender-profiles"),
+        workdir=str(Path(args.out) / "extender"),
+        samples=samples,
+    )
+    attribution = [] if args.no_attribution else [Workload.of([t]) for t in _first_arrival_zero(traces) if t.workflows]
+    execute(
+        cluster,
+        workload,
+        opts,
+        Path(args.out),
+        attribution_cluster=attribution_cluster,
+        attribution_workloads=attribution,
+        sensitivity=args.sensitivity,
+        plots=not args.no_plots,
+        inputs=[str(p) for p in args.trace],
+    )
+    return 0
+
+
+def _first_arrival_zero(traces: Sequence[Trace]) -> list[Trace]:
+    return [t.shifted(-min(p.arrival for p in t.pods)) for t in traces]
+
+
+def _samples(paths: Sequence[str], cluster: ClusterSpec) -> list[tuple[float, int, float]]:
+    from sim.recording import read_recordings, replay_samples
+
+    return replay_samples(read_recordings(paths), [n.name for n in cluster.nodes()])
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from sim.traces.synthetic import (
+        PUBLISHED_SHAPES,
+        WorkflowShape,
+        independent_pods,
+        workflow_shape,
+        write_pod_csv,
+        write_wfformat,
+    )
+
+    if args.kind == "workflow":
+        if args.shape:
+            if args.shape not in PUBLISHED_SHAPES:
+                raise SimError(f"--shape: unknown shape {args.shape!r} (known: {', '.join(PUBLISHED_SHAPES)})")
+            shape = PUBLISHED_SHAPES[args.shape]
+            name = args.name or args.shape
+        else:
+            if not args.tasks or not args.makespan:
+                raise SimError("generate workflow: give --shape, or --tasks and --makespan")
+            lo, _, hi = args.cores.partition(",")
+            try:
+                cores = (int(lo), int(hi or lo))
+            except ValueError as err:
+                raise SimError(f"--cores: must be MIN,MAX whole cores, got {args.cores!r}") from err
+            if args.tasks < 1 or args.makespan <= 0 or args.layers < 1 or cores[0] < 1 or cores[1] < cores[0]:
+                raise SimError(
+                    "generate workflow: --tasks, --makespan, --layers and --cores must be positive (MIN <= MAX)"
+                )
+            shape = WorkflowShape(args.tasks, args.makespan, args.layers, cores)
+            name = args.name or Path(args.out).stem
+        write_wfformat(workflow_shape(name, shape, args.seed), args.out)
+    else:
+        if args.count < 1 or args.cluster_cores <= 0 or not 0 < args.utilisation <= 1:
+            raise SimError("generate pods: --count >= 1, --cluster-cores > 0 and 0 < --utilisation <= 1")
+        trace = independent_pods(
+            args.count,
+            cluster_cores=args.cluster_cores,
+            utilisation=args.utilisation,
+            mean_duration=args.mean_duration,
+            seed=args.seed,
+        )
+        write_pod_csv(trace, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def describe_extender(opts: RunOptions) -> str:
+    if not opts.extender_urls:
+        return "in-process policy"
+    return "HTTP extender: " + ", ".join(f"{k}={v}" for k, v in sorted(opts.extender_urls.items()))
+
+
+def policy_config_dict(cfg: PolicyConfig) -> dict[str, Any]:
+    return {
+        "band": cfg.band,
+        "neutral_score": cfg.neutral_score,
+        "reference_runtime_seconds": cfg.reference_runtime_seconds,
+        "gpu_pod_utilisation": cfg.gpu_pod_utilisation,
+        "power_cap_enabled": cfg.power_cap_enabled,
+        "power_cap_headroom": cfg.power_cap_headroom,
+    }

@@ -1,0 +1,653 @@
+"""The discrete-event engine: pods arrive, kube-scheduler places them, they run, nodes draw power.
+
+Events (a heap ordered by time, then kind, then insertion): a pod *arrives* (at its trace time,
+or when the last of its parents finishes), *finishes*, a booted node becomes *ready*, an empty
+node's *scale-down* timer fires, a recorded power *sample* applies. After each event the
+scheduler pops pods from its active queue (priority, then arrival) and runs the pipeline of
+:mod:`sim.kube` on the nodes that exist: filter from a rotating start index until
+``num_feasible_nodes_to_find`` feasible nodes are found, extender filter, score (skipped when
+one node is left), extender prioritize, select. A pod that fits nowhere waits in the
+unschedulable set; it is retried as soon as a node it could fit on frees capacity or
+becomes ready (kube-scheduler's queueing hints, without the back-off delay).
+
+Between events every node's utilisation is constant, so its power (its curve at that
+utilisation, plus its GPUs) is constant: energy is integrated exactly, and carbon is power ×
+PUE × the exact integral of the site's intensity series.
+
+Deterministic for a seed: the only randomness is the tie-break and the autoscaler's
+``random`` expander, both drawn from one ``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sim import kube
+from sim.cluster import ClusterSpec, Node, profile_document
+from sim.extender import ClusterView, Extender, PodRequest
+from sim.model import PodSpec, Workload
+
+JOULES_PER_KWH = 3.6e6
+
+# Event kinds, in the order they are handled at equal times.
+FINISH, NODE_READY, SAMPLE, ARRIVE, SCALE_DOWN = 0, 1, 2, 3, 4
+OFF, BOOTING, READY = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One kube-scheduler profile: the NodeResourcesFit strategy and an optional extender."""
+
+    name: str
+    fit_strategy: str = "least"  # least | most
+    extender: Extender | None = None
+    extender_weight: int = 1
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    seed: int = 0
+    percentage_of_nodes_to_score: int = kube.DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE
+    record_timeseries: bool = True  # cluster power and per-node utilisation over time
+    record_segments: bool = False  # per-node power/usage steps (for attribution)
+    progress: Callable[[float], None] | None = None  # called with the fraction of pods finished
+
+
+@dataclass
+class PodOutcome:
+    node: np.ndarray  # int, -1: never scheduled
+    created: np.ndarray  # when it entered the scheduling queue
+    start: np.ndarray  # NaN: never scheduled
+    end: np.ndarray
+
+
+@dataclass
+class SimResult:
+    profile: str
+    nodes: list[Node]
+    end_time: float  # the last event
+    energy_joules: np.ndarray  # per node, IT
+    carbon_grams: np.ndarray  # per node, facility energy × grid intensity
+    facility_joules: np.ndarray  # per node, IT × PUE
+    on_seconds: np.ndarray  # per node, powered (booting or ready)
+    pods: PodOutcome
+    unscheduled: int
+    decisions: int
+    extender_calls: int
+    scale_ups: int
+    scale_downs: int
+    wall_seconds: float
+    power_times: list[float] = field(default_factory=list)  # cluster IT power steps
+    power_watts: list[float] = field(default_factory=list)
+    util_log: list[tuple[float, int, float]] = field(default_factory=list)  # (t, node, utilisation)
+    segments: list[list[tuple[float, float, float, int]]] = field(
+        default_factory=list
+    )  # per node: (t, watts, usage, pods)
+    feasible_seen: list[int] = field(default_factory=list)  # candidates the extender saw per decision
+
+
+class Engine:
+    def __init__(
+        self, cluster: ClusterSpec, workload: Workload, profile: Profile, options: EngineOptions | None = None
+    ) -> None:
+        self.cluster = cluster
+        self.workload = workload
+        self.profile = profile
+        self.opt = options or EngineOptions()
+        self.rng = np.random.default_rng(self.opt.seed)
+        self.nodes = cluster.nodes()
+        self._init_nodes()
+        self._init_pods(workload.pods)
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    def _init_nodes(self) -> None:
+        c = self.cluster
+        types = [c.node_types[n.type_index] for n in self.nodes]
+        n = len(self.nodes)
+        self.n_nodes = n
+        self.alloc_cpu = np.array([kube.milli_cpu(t.cores) for t in types], dtype=np.int64)
+        self.alloc_mem = np.array([math.ceil(t.memory_bytes) for t in types], dtype=np.int64)
+        self.alloc_gpu = np.array([t.gpus.count for t in types], dtype=np.int64)
+        self.max_pods = np.array([t.max_pods for t in types], dtype=np.int64)
+        self.req_cpu = np.zeros(n, dtype=np.int64)
+        self.req_mem = np.zeros(n, dtype=np.int64)
+        self.req_gpu = np.zeros(n, dtype=np.int64)
+        self.nz_cpu = np.zeros(n, dtype=np.int64)
+        self.nz_mem = np.zeros(n, dtype=np.int64)
+        self.npods = np.zeros(n, dtype=np.int64)
+        self.free_cpu = self.alloc_cpu.copy()  # allocatable minus requested, kept up to date
+        self.free_mem = self.alloc_mem.copy()
+        self.free_gpu = self.alloc_gpu.copy()
+        self.free_pods = self.max_pods.copy()
+        self._not_ready = 0  # nodes that exist but are not Ready (booting)
+        self.usage = np.zeros(n)  # busy cores
+        self.gpu_busy = np.zeros(n)  # busy GPU-equivalents
+        self.cores = np.array([t.cores for t in types], dtype=float)
+        self.gpu_count = np.array([t.gpus.count for t in types], dtype=float)
+        self.speed = np.array([t.speed for t in types], dtype=float)
+        self.gpu_speed = np.array([t.gpus.speed for t in types], dtype=float)
+        self.curves = [tuple(float(w) for w in t.power_curve_watts) for t in types]
+        self.gpu_idle = [t.gpus.idle_watts * t.gpus.count for t in types]
+        self.gpu_span = [t.gpus.max_watts - t.gpus.idle_watts for t in types]
+        self.site_of = [n.site for n in self.nodes]
+        sites = list(c.sites)
+        self.site_index = np.array([sites.index(s) for s in self.site_of])
+        self.pue = [c.sites[s].pue for s in self.site_of]
+        self.series = [c.sites[s].carbon for s in self.site_of]
+        zones = sorted({nd.zone for nd in self.nodes})
+        self.zone_of = np.array([zones.index(nd.zone) for nd in self.nodes])
+        self.n_zones = len(zones)
+        self.type_of = np.array([nd.type_index for nd in self.nodes])
+        self.state = np.full(n, READY, dtype=np.int8)
+        self.power = [self._power_of(i) for i in range(n)]
+        self.last_t = [0.0] * n
+        self.energy = [0.0] * n
+        self.carbon_ws = [0.0] * n  # W·(g/kWh)·s, times PUE
+        self.on_seconds = [0.0] * n
+        self.total_power = float(sum(self.power))
+        self.idle_version = [0] * n
+        self._existing = np.arange(n)
+        self._existing_dirty = False
+        self.next_start = 0
+        self.names = [nd.name for nd in self.nodes]
+        self.reserved: dict[int, list[float]] = {}
+        self._model: dict[
+            int, tuple[tuple[float, ...], float, float]
+        ] = {}  # curves replaced by a recording  # booting node -> [cpu_m, mem, gpu, pods] promised to pending pods
+
+    def _init_pods(self, pods: Sequence[PodSpec]) -> None:
+        m = len(pods)
+        self.pods = pods
+        self.p_cpu = np.array([kube.milli_cpu(p.cpu_request) for p in pods], dtype=np.int64)
+        self.p_mem = np.array([math.ceil(p.memory_request) for p in pods], dtype=np.int64)
+        self.p_gpu = np.array([p.gpu_request for p in pods], dtype=np.int64)
+        self.p_nzcpu = np.where(self.p_cpu > 0, self.p_cpu, kube.DEFAULT_MILLI_CPU_REQUEST)
+        self.p_nzmem = np.where(self.p_mem > 0, self.p_mem, kube.DEFAULT_MEMORY_REQUEST)
+        self.p_usage = [float(p.cpu_usage) for p in pods]
+        self.p_gpu_busy = [p.gpu_request * p.gpu_usage for p in pods]
+        self.p_duration = [float(p.duration) for p in pods]
+        self.p_priority = [p.priority for p in pods]
+        groups: dict[str, int] = {}
+        self.p_group = [groups.setdefault(p.group, len(groups)) if p.group else -1 for p in pods]
+        self.group_host = (
+            np.zeros((len(groups), self.n_nodes), dtype=np.int64)
+            if groups
+            else np.zeros((0, self.n_nodes), dtype=np.int64)
+        )
+        self.children: list[list[int]] = [[] for _ in range(m)]
+        self.waiting = [len(p.parents) for p in pods]
+        for i, p in enumerate(pods):
+            for parent in p.parents:
+                self.children[parent].append(i)
+        self.outcome = PodOutcome(
+            node=np.full(m, -1, dtype=np.int64),
+            created=np.full(m, np.nan),
+            start=np.full(m, np.nan),
+            end=np.full(m, np.nan),
+        )
+        self._requests = [
+            PodRequest(i, p.name, p.namespace, int(self.p_cpu[i]), int(self.p_mem[i]), int(self.p_gpu[i]))
+            for i, p in enumerate(pods)
+        ]
+        self.p_cpu_list = self.p_cpu.tolist()
+        self.p_mem_list = self.p_mem.tolist()
+        self.p_gpu_list = self.p_gpu.tolist()
+        self.p_nzcpu_list = self.p_nzcpu.tolist()
+        self.p_nzmem_list = self.p_nzmem.tolist()
+
+    # -- power and energy -----------------------------------------------------------------------
+
+    def _power_of(self, n: int) -> float:
+        state = self.state[n]
+        if state == OFF:
+            return 0.0
+        curve = self.curves[n]
+        u = self.usage[n] / self.cores[n] if state == READY else 0.0
+        if u <= 0.0:
+            cpu = curve[0]
+        elif u >= 1.0:
+            cpu = curve[-1]
+        else:
+            x = u * 10.0
+            k = min(int(x), 9)
+            cpu = curve[k] + (curve[k + 1] - curve[k]) * (x - k)
+        gpu = self.gpu_idle[n]
+        if self.gpu_count[n] and state == READY:
+            gpu += min(self.gpu_busy[n], self.gpu_count[n]) * self.gpu_span[n]
+        return cpu + gpu
+
+    def _advance(self, n: int, t: float) -> None:
+        """Integrate node ``n`` from its last change to ``t`` at its (constant) power."""
+        last = self.last_t[n]
+        if t <= last:
+            return
+        p = self.power[n]
+        if p > 0.0:
+            self.energy[n] += p * (t - last)
+            self.carbon_ws[n] += p * self.pue[n] * self.series[n].integral(last, t)
+            self.on_seconds[n] += t - last
+        self.last_t[n] = t
+
+    def _repower(self, n: int, t: float) -> None:
+        """Node ``n``'s state changed at ``t``: close its interval and take the new power."""
+        self._advance(n, t)
+        new = self._power_of(n)
+        self.view_version += 1
+        if new != self.power[n]:
+            self.total_power += new - self.power[n]
+            self.power[n] = new
+            if self.opt.record_timeseries:
+                self._log_power(t)
+        if self.opt.record_timeseries:
+            u = min(self.usage[n] / self.cores[n], 1.0) if self.state[n] == READY else 0.0
+            self.util_log.append((t, n, u if self.state[n] != OFF else math.nan))
+        if self.opt.record_segments:
+            self.segments[n].append((t, new, self._busy(n), int(self.npods[n])))
+
+    def _busy(self, n: int) -> float:
+        return float(self.usage[n]) if self.state[n] == READY else 0.0
+
+    def _log_power(self, t: float) -> None:
+        if self.power_times and self.power_times[-1] == t:
+            self.power_watts[-1] = self.total_power
+        else:
+            self.power_times.append(t)
+            self.power_watts.append(self.total_power)
+
+    # -- the view the extender sees ------------------------------------------------------------
+
+    def _view(self, t: float) -> ClusterView:
+        if self._view_cache is not None and self._view_cache.version == self.view_version:
+            return self._view_cache
+        util = np.minimum(self.usage / self.cores, 1.0)
+        gpu = np.where(self.gpu_count > 0, np.minimum(self.gpu_busy / np.maximum(self.gpu_count, 1), 1.0), 0.0)
+        key = tuple(s.carbon.step_index(t) for s in self._sites)
+        if key != self._carbon_key:
+            self._carbon_now = {name: s.carbon.at(t) for name, s in self.cluster.sites.items()}
+            self._carbon_key = key
+        carbon_now = self._carbon_now
+
+        def document() -> dict[str, Any]:
+            return profile_document(self.cluster, self.nodes, util.tolist(), gpu.tolist(), carbon_now)
+
+        self._view_cache = ClusterView(self.names, util, gpu, carbon_now, self.view_version, document)
+        return self._view_cache
+
+    # -- the scheduler ----------------------------------------------------------------------------
+
+    def _existing_nodes(self) -> np.ndarray:
+        if self._existing_dirty:
+            self._existing = np.flatnonzero(self.state != OFF)
+            self._existing_dirty = False
+        return self._existing
+
+    def _feasible(self, i: int) -> np.ndarray:
+        """NodeResourcesFit's filter over every node (False for nodes that are not Ready)."""
+        pc, pm, pg = self.p_cpu_list[i], self.p_mem_list[i], self.p_gpu_list[i]
+        fit = self.free_pods > 0
+        if pc:
+            fit &= self.free_cpu >= pc
+        if pm:
+            fit &= self.free_mem >= pm
+        if pg:
+            fit &= self.free_gpu >= pg
+        if self._not_ready:
+            fit &= self.state == READY
+        return fit
+
+    def _schedule_one(self, i: int, t: float) -> bool:
+        fit = self._feasible(i)
+        if self._existing_dirty or len(self._existing) != self.n_nodes:
+            existing = self._existing_nodes()
+            fit = fit[existing]
+        else:
+            existing = None
+        n_all = len(fit)
+        if n_all == 0:
+            return False
+        want = kube.num_feasible_nodes_to_find(self.opt.percentage_of_nodes_to_score, n_all)
+        start = self.next_start % n_all
+        found = np.flatnonzero(fit)  # positions in the node list
+        if start:  # walk the list from the rotating start index
+            k = int(np.searchsorted(found, start))
+            found = np.concatenate((found[k:], found[:k]))
+        if len(found) > want:
+            found = found[:want]
+            processed = (int(found[-1]) - start) % n_all + 1
+        else:
+            processed = n_all
+        self.next_start = (start + processed) % n_all
+        if len(found) == 0:
+            return False
+        cand = found if existing is None else existing[found]
+        ext = self.profile.extender
+        ext_scores = None
+        if ext is not None:
+            passed, ext_scores = ext.decide(self._requests[i], cand, self._view(t), t)
+            self.feasible_seen.append(len(cand))
+            if not passed.all():
+                cand, ext_scores = cand[passed], ext_scores[passed]
+                if len(cand) == 0:
+                    self.extender_rejected += 1
+                    return False
+        if len(cand) == 1:
+            node = int(cand[0])
+        else:
+            node = int(cand[kube.select_host(self._total_scores(i, cand, ext_scores), self.rng)])
+        self._start(i, node, t)
+        return True
+
+    def _total_scores(self, i: int, cand: np.ndarray, ext_scores: np.ndarray | None) -> np.ndarray:
+        a_cpu, a_mem = self.alloc_cpu[cand], self.alloc_mem[cand]
+        nz_cpu = self.nz_cpu[cand] + self.p_nzcpu_list[i]
+        nz_mem = self.nz_mem[cand] + self.p_nzmem_list[i]
+        # NodeResourcesFit (allocatable cpu and memory are > 0 on every node: validated)
+        if self.profile.fit_strategy == "least":
+            total = (np.maximum(a_cpu - nz_cpu, 0) * 100 // a_cpu + np.maximum(a_mem - nz_mem, 0) * 100 // a_mem) // 2
+        else:
+            total = (np.minimum(nz_cpu, a_cpu) * 100 // a_cpu + np.minimum(nz_mem, a_mem) * 100 // a_mem) // 2
+        pc, pm = self.p_cpu_list[i], self.p_mem_list[i]
+        if pc or pm:  # BalancedAllocation skips best-effort pods
+            total = total + kube.balanced_allocation_score(
+                self.req_cpu[cand] + pc, a_cpu, self.req_mem[cand] + pm, a_mem
+            )
+        g = self.p_group[i]
+        if g >= 0:
+            host = self.group_host[g]
+            zone_totals = np.bincount(self.zone_of, weights=host, minlength=self.n_zones)
+            zones = self.zone_of[cand]
+            spread = kube.topology_spread_scores(host[cand], zone_totals[zones], len(np.unique(zones)))
+            total = total + kube.WEIGHTS["PodTopologySpread"] * spread
+        if ext_scores is not None:
+            total = total + kube.extender_contribution(ext_scores, self.profile.extender_weight)
+        return total
+
+    def _start(self, i: int, n: int, t: float) -> None:
+        self.req_cpu[n] += self.p_cpu_list[i]
+        self.req_mem[n] += self.p_mem_list[i]
+        self.req_gpu[n] += self.p_gpu_list[i]
+        self.free_cpu[n] -= self.p_cpu_list[i]
+        self.free_mem[n] -= self.p_mem_list[i]
+        self.free_gpu[n] -= self.p_gpu_list[i]
+        self.free_pods[n] -= 1
+        self.nz_cpu[n] += self.p_nzcpu_list[i]
+        self.nz_mem[n] += self.p_nzmem_list[i]
+        self.npods[n] += 1
+        self.usage[n] += self.p_usage[i]
+        self.gpu_busy[n] += self.p_gpu_busy[i]
+        g = self.p_group[i]
+        if g >= 0:
+            self.group_host[g, n] += 1
+        self.idle_version[n] += 1
+        self._repower(n, t)
+        self.outcome.node[i] = n
+        self.outcome.start[i] = t
+        speed = self.gpu_speed[n] if self.p_gpu_list[i] else self.speed[n]
+        self._push(t + self.p_duration[i] / speed, FINISH, i)
+        self.decisions += 1
+
+    def _finish(self, i: int, t: float) -> None:
+        n = int(self.outcome.node[i])
+        self.req_cpu[n] -= self.p_cpu_list[i]
+        self.req_mem[n] -= self.p_mem_list[i]
+        self.req_gpu[n] -= self.p_gpu_list[i]
+        self.free_cpu[n] += self.p_cpu_list[i]
+        self.free_mem[n] += self.p_mem_list[i]
+        self.free_gpu[n] += self.p_gpu_list[i]
+        self.free_pods[n] += 1
+        self.nz_cpu[n] -= self.p_nzcpu_list[i]
+        self.nz_mem[n] -= self.p_nzmem_list[i]
+        self.npods[n] -= 1
+        self.usage[n] -= self.p_usage[i]
+        self.gpu_busy[n] -= self.p_gpu_busy[i]
+        if self.npods[n] == 0:  # no rounding residue on an empty node
+            self.usage[n] = 0.0
+            self.gpu_busy[n] = 0.0
+        g = self.p_group[i]
+        if g >= 0:
+            self.group_host[g, n] -= 1
+        self._repower(n, t)
+        self.outcome.end[i] = t
+        self.finished += 1
+        for c in self.children[i]:
+            self.waiting[c] -= 1
+            if self.waiting[c] == 0:
+                self._push(t, ARRIVE, c)
+        self._retry_pending(n)
+        if self.npods[n] == 0 and self.cluster.autoscaler.enabled:
+            self.idle_version[n] += 1
+            self._push(t + self.cluster.autoscaler.scale_down_unneeded_seconds, SCALE_DOWN, n, self.idle_version[n])
+
+    # -- the queues -----------------------------------------------------------------------------
+
+    def _enqueue(self, i: int, t: float) -> None:
+        if math.isnan(self.outcome.created[i]):
+            self.outcome.created[i] = t
+        heapq.heappush(self.active, (-self.p_priority[i], self.outcome.created[i], i))
+
+    def _drain(self, t: float) -> None:
+        while self.active:
+            _, _, i = heapq.heappop(self.active)
+            if not self._schedule_one(i, t):
+                self.pending[i] = None
+                self._pending_dirty = True
+                self._scale_up_for(i, t)
+
+    def _pending_array(self) -> np.ndarray:
+        if self._pending_dirty:
+            self._pending_idx = np.fromiter(self.pending, dtype=np.int64, count=len(self.pending))
+            self._pending_dirty = False
+        return self._pending_idx
+
+    def _retry_pending(self, n: int) -> None:
+        """Move back to the active queue every pending pod that now fits on node ``n``."""
+        if not self.pending or self.state[n] != READY:
+            return
+        idx = self._pending_array()
+        if self.free_pods[n] <= 0:
+            return
+        fits = (self.p_cpu[idx] <= self.free_cpu[n]) & (self.p_mem[idx] <= self.free_mem[n])
+        fits &= self.p_gpu[idx] <= self.free_gpu[n]
+        moved = idx[fits]
+        if len(moved) == 0:
+            return
+        for i in moved.tolist():
+            del self.pending[i]
+            heapq.heappush(self.active, (-self.p_priority[i], self.outcome.created[i], i))
+        self._pending_dirty = True
+
+    # -- autoscaler -----------------------------------------------------------------------------
+
+    def _scale_up_for(self, i: int, t: float) -> None:
+        auto = self.cluster.autoscaler
+        if not auto.enabled:
+            return
+        need = (self.p_cpu_list[i], self.p_mem_list[i], self.p_gpu_list[i])
+        for room in self.reserved.values():  # a node already booting may take it
+            if need[0] <= room[0] and need[1] <= room[1] and need[2] <= room[2] and room[3] >= 1:
+                room[0] -= need[0]
+                room[1] -= need[1]
+                room[2] -= need[2]
+                room[3] -= 1
+                return
+        fitting = []
+        for ti, nt in enumerate(self.cluster.node_types):
+            if kube.milli_cpu(nt.cores) >= need[0] and nt.memory_bytes >= need[1] and nt.gpus.count >= need[2]:
+                off = np.flatnonzero((self.type_of == ti) & (self.state == OFF))
+                if len(off):
+                    fitting.append((ti, int(off[0])))
+        if not fitting:
+            return
+        if auto.expander == "priority":
+            ti, n = fitting[0]
+        elif auto.expander == "least-waste":
+
+            def waste(item: tuple[int, int]) -> float:
+                nt = self.cluster.node_types[item[0]]
+                return (1 - need[0] / 1000 / nt.cores) + (1 - need[1] / nt.memory_bytes)
+
+            ti, n = min(fitting, key=waste)
+        else:
+            ti, n = fitting[int(self.rng.integers(len(fitting)))]
+        self.state[n] = BOOTING
+        self._not_ready += 1
+        self._existing_dirty = True
+        self._repower(n, t)
+        self.scale_ups += 1
+        self.reserved[n] = [
+            float(self.alloc_cpu[n] - need[0]),
+            float(self.alloc_mem[n] - need[1]),
+            float(self.alloc_gpu[n] - need[2]),
+            float(self.max_pods[n] - 1),
+        ]
+        self._push(t + auto.scale_up_delay_seconds, NODE_READY, n)
+
+    def _node_ready(self, n: int, t: float) -> None:
+        self.state[n] = READY
+        self._not_ready -= 1
+        self.reserved.pop(n, None)
+        self._repower(n, t)
+        self._retry_pending(n)
+        if self.npods[n] == 0 and self.cluster.autoscaler.enabled:
+            self.idle_version[n] += 1
+            self._push(t + self.cluster.autoscaler.scale_down_unneeded_seconds, SCALE_DOWN, n, self.idle_version[n])
+
+    def _scale_down(self, n: int, version: int, t: float) -> None:
+        if self.state[n] != READY or self.npods[n] != 0 or self.idle_version[n] != version:
+            return
+        ti = self.type_of[n]
+        running = int(np.count_nonzero((self.type_of == ti) & (self.state != OFF)))
+        if running <= self.cluster.node_types[ti].min_count:
+            return
+        self.state[n] = OFF
+        self._existing_dirty = True
+        self._repower(n, t)
+        self.scale_downs += 1
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, a, b))
+
+    def run(self, samples: Sequence[tuple[float, int, float]] = ()) -> SimResult:
+        """Replay the workload; ``samples`` are recorded (t, node, watts) that replace the model."""
+        started = time.perf_counter()
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.active: list[tuple[int, float, int]] = []
+        self.pending: dict[int, None] = {}
+        self._pending_dirty = True
+        self._pending_idx = np.zeros(0, dtype=np.int64)
+        self.seq = 0
+        self.decisions = self.finished = self.scale_ups = self.scale_downs = self.extender_rejected = 0
+        self.view_version = 0
+        self._view_cache: ClusterView | None = None
+        self._sites = list(self.cluster.sites.values())
+        self._carbon_key: tuple[int, ...] = ()
+        self._carbon_now: dict[str, float] = {}
+        self.power_times: list[float] = [0.0]
+        self.power_watts: list[float] = [self.total_power]
+        self.util_log: list[tuple[float, int, float]] = []
+        self.feasible_seen: list[int] = []
+        self.segments: list[list[tuple[float, float, float, int]]] = (
+            [[(0.0, self.power[n], 0.0, 0)] for n in range(self.n_nodes)] if self.opt.record_segments else []
+        )
+        for i, p in enumerate(self.pods):
+            if not p.parents:
+                self._push(p.arrival, ARRIVE, i)
+        for k, (ts, n, _) in enumerate(samples):
+            self._push(ts, SAMPLE, n, k)
+        if self.cluster.autoscaler.enabled:  # nodes idle from the start may go
+            for n in range(self.n_nodes):
+                self._push(self.cluster.autoscaler.scale_down_unneeded_seconds, SCALE_DOWN, n, 0)
+        total = len(self.pods)
+        report_every = max(1, total // 200)
+        t = 0.0
+        while self.events:
+            t, kind, _, a, b = heapq.heappop(self.events)
+            if kind == ARRIVE:
+                self._enqueue(a, t)
+            elif kind == FINISH:
+                self._finish(a, t)
+                if self.opt.progress is not None and self.finished % report_every == 0:
+                    self.opt.progress(self.finished / total)
+            elif kind == NODE_READY:
+                self._node_ready(a, t)
+            elif kind == SCALE_DOWN:
+                self._scale_down(a, b, t)
+            elif kind == SAMPLE:
+                self._apply_sample(a, samples[b][2], t)
+            if self.active:
+                self._drain(t)
+        end = t
+        for n in range(self.n_nodes):
+            self._advance(n, end)
+            if self.opt.record_segments:  # close every track at the end
+                self.segments[n].append((end, self.power[n], self._busy(n), int(self.npods[n])))
+        if self.opt.record_timeseries:
+            self._log_power(end)
+        return self._result(end, time.perf_counter() - started)
+
+    def _apply_sample(self, n: int, watts: float, t: float) -> None:
+        """A recorded power sample: node ``n`` draws ``watts`` until the next one (NaN: the model again)."""
+        self._advance(n, t)
+        if math.isnan(watts):
+            self.curves[n], self.gpu_idle[n], self.gpu_span[n] = self._model[n]
+        else:
+            if n not in self._model:
+                self._model[n] = (self.curves[n], self.gpu_idle[n], self.gpu_span[n])
+            self.curves[n] = (watts,) * 11
+            self.gpu_idle[n] = 0.0
+            self.gpu_span[n] = 0.0
+        self._repower(n, t)
+
+    def _result(self, end: float, wall: float) -> SimResult:
+        energy = np.array(self.energy)
+        facility = energy * np.array(self.pue)
+        return SimResult(
+            profile=self.profile.name,
+            nodes=self.nodes,
+            end_time=end,
+            energy_joules=energy,
+            carbon_grams=np.array(self.carbon_ws) / JOULES_PER_KWH,
+            facility_joules=facility,
+            on_seconds=np.array(self.on_seconds),
+            pods=self.outcome,
+            unscheduled=len(self.pending),
+            decisions=self.decisions,
+            extender_calls=self.profile.extender.calls if self.profile.extender is not None else 0,
+            scale_ups=self.scale_ups,
+            scale_downs=self.scale_downs,
+            wall_seconds=wall,
+            power_times=self.power_times,
+            power_watts=self.power_watts,
+            util_log=self.util_log,
+            segments=self.segments,
+            feasible_seen=self.feasible_seen,
+        )
+
+    def extend_to(self, result: SimResult, horizon: float) -> None:
+        """Carry every node's final state on to ``horizon`` (to compare runs over one window)."""
+        if horizon <= result.end_time:
+            return
+        for n in range(self.n_nodes):
+            self._advance(n, horizon)
+        result.energy_joules = np.array(self.energy)
+        result.facility_joules = result.energy_joules * np.array(self.pue)
+        result.carbon_grams = np.array(self.carbon_ws) / JOULES_PER_KWH
+        result.on_seconds = np.array(self.on_seconds)
+        if result.power_times and self.opt.record_timeseries:
+            result.power_times.append(horizon)
+            result.power_watts.append(self.total_power)
+        if self.opt.record_segments:
+            for n in range(self.n_nodes):
+                result.segments[n].append((horizon, self.power[n], self._busy(n), int(self.npods[n])))
+        result.end_time = horizon

@@ -1,0 +1,108 @@
+"""Attribution methods against the model's truth, on cases worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.attribution import Attribution, NodeTrack, phases_for, prometheus_increase
+from sim.engine import Engine, EngineOptions, Profile
+from sim.runner import attribution_runs
+from tests.sim.support import cluster, node_type, pod, workload
+
+# One node, 100 W idle + 10 W per busy core. A keeps 2 cores busy from 0 to 100 s, B 3 cores
+# from 50 to 150 s: 120 W, then 150 W, then 130 W, 50 s each.
+TWO_PODS = workload(pod("a", 100.0, cpu=2), pod("b", 100.0, cpu=3, arrival=50.0))
+
+
+def attribution(wl=TWO_PODS) -> Attribution:  # type: ignore[no-untyped-def]
+    engine = Engine(cluster(node_type("lin")), wl, Profile("default"), EngineOptions(record_segments=True))
+    result = engine.run()
+    return Attribution(result, [p.cpu_usage for p in wl.pods])
+
+
+def test_truth_splits_power_by_busy_cores_at_every_instant() -> None:
+    att = attribution()
+    # a: 120 W × 50 s + 150 W × 50 s × 2/5 = 9,000 J; b: 150 × 50 × 3/5 + 130 × 50 = 11,000 J
+    assert att.truth == pytest.approx([9000.0, 11000.0])
+
+
+def test_attributed_energy_sums_to_the_node_energy_while_pods_run() -> None:
+    att = attribution()
+    assert att.truth.sum() == pytest.approx(att.result.energy_joules.sum())  # no idle time here
+
+
+def test_counter_differences_at_task_edges_equal_the_truth() -> None:
+    att = attribution()
+    assert att.counter_edges == pytest.approx(att.truth)
+
+
+def test_cpu_time_share_over_a_tasks_life() -> None:
+    att = attribution()
+    # a: node energy over [0, 100] = 13,500 J × a's 200 CPU-s / 350 CPU-s on the node
+    # b: node energy over [50, 150] = 14,000 J × 300 / 400
+    assert att.cpu_share == pytest.approx([13500 * 200 / 350, 14000 * 300 / 400])
+
+
+@pytest.mark.parametrize(
+    ("times", "values", "start", "end", "expected"),
+    [
+        ([10, 20, 30], [10, 20, 30], 0, 30, 30.0),
+        ([50, 60], [5, 15], 0, 60, 15.0),
+        ([10, 20, 30], [10, 20, 5], 0, 30, (5 - 10 + 20) * 30 / 20),
+        ([30], [3], 0, 30, None),
+    ],
+    ids=[
+        "a counter from zero, extrapolated to the zero point",
+        "a series starting mid-range: half an interval before its first sample",
+        "a counter reset is added back",
+        "one sample gives nothing",
+    ],
+)
+def test_prometheus_increase_extrapolation(times: list[float], values: list[float], start: float, end: float, expected: float | None) -> None:
+    result = prometheus_increase(np.array(times, float), np.array(values, float), start, end)
+    if expected is None:
+        assert result is None
+    else:
+        assert result == pytest.approx(expected)
+
+
+def test_pod_increase_worked_example() -> None:
+    att = attribution()
+    # scrapes every 30 s from 0: pod a is seen at 30, 60, 90 with 3,600, 6,600 and 8,400 J.
+    # increase over (0, 150]: 4,800 J over 60 s, extrapolated 30 s to the start (the zero point
+    # is 45 s away) and half an interval (15 s) to the end: 4,800 × 105/60 = 8,400 J.
+    times = np.array([30.0, 60.0, 90.0])
+    assert att._pod_counter(0, times) == pytest.approx([3600.0, 6600.0, 8400.0])
+    assert prometheus_increase(times, att._pod_counter(0, times), 0.0, 150.0) == pytest.approx(8400.0)
+
+
+def test_tasks_shorter_than_the_scrape_interval_vanish_from_pod_queries() -> None:
+    short = workload(*[pod(f"s{i}", 5.0, cpu=1, arrival=7.0 * i, workflow="w") for i in range(12)])
+    att = attribution(short)
+    result = att.workflow(np.arange(12), [0.5])
+    pod_increase = result["methods"]["pod_increase_30s"]  # type: ignore[index]
+    assert pod_increase["joules"] == 0.0 and pod_increase["error_percent"] == -100.0
+    assert result["methods"]["counter_edges"]["error_percent"] == pytest.approx(0.0, abs=1e-9)  # type: ignore[index]
+
+
+def test_node_methods_are_exact_for_constant_power() -> None:
+    track = NodeTrack.of([(0.0, 200.0, 1.0, 1), (300.0, 200.0, 1.0, 1)])
+    energy = track.energy_fn()
+    scrapes = np.arange(15.0, 301.0, 30.0)
+    assert prometheus_increase(scrapes, track.at(energy, scrapes), 0.0, 300.0) == pytest.approx(60000.0)
+    assert track.step_at(track.p, scrapes).sum() * 30.0 == pytest.approx(60000.0)
+
+
+def test_attribution_runs_each_workflow_alone_and_reports_every_method() -> None:
+    wl = workload(*[pod(f"s{i}", 40.0, cpu=1, arrival=10.0 * i, workflow="w") for i in range(6)])
+    results, examples = attribution_runs(cluster(node_type("lin", count=2)), [wl], seed=1)
+    w = results["w"]
+    assert w["tasks"] == 6 and set(w["methods"]) >= {"counter_edges", "cpu_share", "pod_increase_30s", "node_sum_over_time_15s"}
+    assert w["methods"]["counter_edges"]["error_percent"] == pytest.approx(0.0, abs=1e-9)
+    assert examples["w"]["scrape_t"]
+
+
+def test_the_seed_phase_comes_first_and_phases_spread() -> None:
+    phases = phases_for(3, 4)
+    assert phases == phases_for(3, 4) and len(set(phases)) == 4 and all(0 <= p < 1 for p in phases)
