@@ -346,11 +346,14 @@ def write_kubeconfig(path: Path, server: str, ca: Path, crt: Path, key: Path,
 # kube-scheduler
 # --------------------------------------------------------------------------
 
-def scheduler_config(config: str | Mapping[str, Any] | None, kubeconfig: Path) -> dict:
+def scheduler_config(config: str | Mapping[str, Any] | None, kubeconfig: Path,
+                     leader_election: bool = False) -> dict:
     """Normalise a KubeSchedulerConfiguration (YAML text or dict).
 
     Fills in apiVersion/kind, ``clientConnection.kubeconfig`` (if absent) and
-    forces ``leaderElection.leaderElect: false``.
+    forces ``leaderElection.leaderElect: false`` -- unless ``leader_election``,
+    which keeps the config's own ``leaderElection`` section as it is (to run a
+    manifest's config unchanged, e.g. deploy/scheduler/scheduler-config.yaml).
     """
     if config is None:
         cfg: dict = {}
@@ -363,9 +366,10 @@ def scheduler_config(config: str | Mapping[str, Any] | None, kubeconfig: Path) -
     cc = cfg.setdefault("clientConnection", {}) or {}
     cfg["clientConnection"] = cc
     cc.setdefault("kubeconfig", str(kubeconfig))
-    le = cfg.setdefault("leaderElection", {}) or {}
-    cfg["leaderElection"] = le
-    le["leaderElect"] = False
+    if not leader_election:
+        le = cfg.setdefault("leaderElection", {}) or {}
+        cfg["leaderElection"] = le
+        le["leaderElect"] = False
     return cfg
 
 
@@ -594,6 +598,28 @@ class ControlPlane:
         return write_kubeconfig(self.workdir / f"{name}.kubeconfig", self.server,
                                 self.pki.ca_crt, crt, key, user)
 
+    def service_account_kubeconfig(self, namespace: str, name: str,
+                                   duration: str = "1h") -> Path:
+        """A kubeconfig that authenticates as ServiceAccount ``namespace/name``
+        with a bound token from the TokenRequest API (``kubectl create token``;
+        no controller-manager needed). For running a component with the RBAC
+        that a manifest grants its ServiceAccount."""
+        token = self.kubectl("create", "token", name, "-n", namespace,
+                             f"--duration={duration}").stdout.strip()
+        user = f"system:serviceaccount:{namespace}:{name}"
+        cfg = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {
+                "server": self.server, "certificate-authority": str(self.pki.ca_crt)}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
+            "current-context": "e2e",
+        }
+        path = self.workdir / f"sa-{namespace}-{name}.kubeconfig"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
     # ---- kubernetes python client -----------------------------------------
 
     @property
@@ -614,6 +640,7 @@ class ControlPlane:
     def start_scheduler(self, config: str | Mapping[str, Any] | None = None, *,
                         name: str | None = None, verbosity: int = 2,
                         extra_args: Sequence[str] = (), kubeconfig: Path | None = None,
+                        leader_election: bool = False,
                         wait: bool = True, timeout: float = 30) -> SchedulerProcess:
         """Start a kube-scheduler with the given KubeSchedulerConfiguration.
 
@@ -623,9 +650,11 @@ class ControlPlane:
         kubeconfig) and ``leaderElection.leaderElect=false`` are filled in.
         Serves /healthz on 127.0.0.1:<free port>. Logs go to
         ``<workdir>/logs/scheduler-<name>.log``. With ``wait`` it returns once
-        /readyz is 200 (informers synced).
+        /readyz is 200 (informers synced). ``leader_election=True`` keeps the
+        config's ``leaderElection`` section instead of forcing it off.
         """
-        cfg = scheduler_config(config, kubeconfig or self.scheduler_kubeconfig)
+        cfg = scheduler_config(config, kubeconfig or self.scheduler_kubeconfig,
+                               leader_election)
         if name is None:
             first = (cfg.get("profiles") or [{}])[0].get("schedulerName", "default-scheduler")
             name = f"{first}-{len(self.schedulers)}"

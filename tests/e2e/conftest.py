@@ -145,3 +145,42 @@ def e2e_namespace(control_plane):
         control_plane.delete_all_pods(name)
     except Exception:
         pass
+
+
+@pytest.fixture
+def extender_factory(tmp_path):
+    """``start(profiles, config=None, *, port=None, name="extender", wait=True)
+    -> e2e_extender.ExtenderProcess``: joulesched's extender (gunicorn) on
+    127.0.0.1; every one started is stopped (by PID) at the end of the test.
+    Its config, profile document and log are in the test's tmp_path."""
+    from e2e_extender import ExtenderProcess
+
+    started = []
+
+    def start(profiles, config=None, **kw):
+        name = kw.pop("name", "extender")
+        proc = ExtenderProcess(tmp_path / f"{name}-{len(started)}", profiles, config,
+                               name=name, **kw)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def fault_proxy():
+    """``make(target_url=None, modes=None) -> e2e_extender.FaultProxy``; closed after the test."""
+    from e2e_extender import FaultProxy
+
+    made = []
+
+    def make(target=None, modes=None):
+        proxy = FaultProxy(target, modes)
+        made.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in made:
+        proxy.close()

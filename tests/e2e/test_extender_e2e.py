@@ -1,0 +1,178 @@
+"""joulesched's extender (the real gunicorn server) driven by the real kube-scheduler.
+
+Every scheduler here uses the extender entry of deploy/scheduler/scheduler-config.yaml as it
+is (weight, httpTimeout, nodeCacheCapable, ignorable, verbs) with only ``urlPrefix`` pointed
+at the local extender, and the extender runs deploy/extender/config.yaml's policy with a
+``file`` profile source describing the test's nodes. Each test labels its nodes and selects
+them with a nodeSelector, so nothing else in the session-wide cluster takes part.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from e2e_extender import (
+    EFFICIENT_CURVE,
+    INEFFICIENT_CURVE,
+    deploy_extender_config,
+    deploy_extender_entry,
+    energy_scheduler_config,
+    node_profile,
+    stays_pending,
+    wait_all_bound,
+)
+
+SITE = {"dc": {"pue": 1.2, "carbon_intensity": 300}}  # one site: only energy differs
+
+
+def uid_tag() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+# --------------------------------------------------------------------------
+# 1. pods land where the policy says
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("node_cache_capable", [True, False],
+                         ids=["nodeCacheCapable-true", "nodeCacheCapable-false"])
+def test_energy_aware_scheduler_prefers_efficient_nodes(
+        control_plane, node_factory, scheduler_factory, extender_factory, e2e_namespace,
+        node_cache_capable):
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    sel = {"e2e-test": f"policy-{tag}"}
+    eff = [f"eff-{tag}-{i}" for i in range(2)]
+    ineff = [f"ineff-{tag}-{i}" for i in range(2)]
+    # In-tree scoring alone prefers the inefficient type: it is bigger (more free room
+    # for NodeResourcesFit's LeastAllocated and a better BalancedAllocation).
+    for n in eff:
+        node_factory(n, cpu="64", memory="128Gi", labels=sel)
+    for n in ineff:
+        node_factory(n, cpu="80", memory="512Gi", labels=sel)
+    profiles = {"sites": SITE, "nodes": (
+        [node_profile(n, EFFICIENT_CURVE, 64, site="dc") for n in eff]
+        + [node_profile(n, INEFFICIENT_CURVE, 80, site="dc") for n in ineff])}
+    ext = extender_factory(profiles, deploy_extender_config(cp.kubeconfig))
+
+    energy_name = f"joule-{tag}"
+    entry = deploy_extender_entry(ext.url)
+    assert entry["weight"] == 5 and entry["httpTimeout"] == "1s"  # the manifest's values
+    energy = scheduler_factory(
+        energy_scheduler_config(energy_name, ext.url, nodeCacheCapable=node_cache_capable),
+        name=energy_name, verbosity=2)
+    assert energy.config["extenders"][0]["weight"] == entry["weight"]
+    default = scheduler_factory(None, name=f"default-{tag}")
+    assert default.scheduler_names == ["default-scheduler"]
+
+    # The default scheduler: the extender is never asked, and the pods go where in-tree
+    # scoring puts them -- the big, inefficient nodes.
+    before = ext.requests()
+    plain = [f"plain-{i}" for i in range(2)]
+    for p in plain:
+        cp.create_pod(p, ns, cpu="8", memory="1Gi", node_selector=sel)
+    plain_nodes = wait_all_bound(cp, ns, plain, timeout=30)
+    assert ext.requests() == before, "the default scheduler consulted the extender"
+    assert set(plain_nodes.values()) <= set(ineff), (
+        f"in-tree scores alone should prefer the inefficient nodes: {plain_nodes}")
+
+    # The energy-aware scheduler: every pod on an efficient node.
+    aware = [f"aware-{i}" for i in range(6)]
+    for p in aware:
+        cp.create_pod(p, ns, scheduler_name=energy_name, cpu="8", memory="1Gi",
+                      node_selector=sel)
+    aware_nodes = wait_all_bound(cp, ns, aware, timeout=60)
+    assert set(aware_nodes.values()) <= set(eff), (
+        f"pods not on efficient nodes: {aware_nodes}\nscheduler log:\n{energy.log_tail(30)}"
+        f"\nextender log:\n{ext.log_tail(30)}")
+    assert ext.requests("filter", "200") >= len(aware)
+    assert ext.requests("prioritize", "200") >= len(aware)
+    assert ext.failures() == 0, ext.samples()
+    assert ext.requests() - ext.requests(code="200") == 0
+    assert "Skipping extender" not in energy.log_text()
+
+
+# --------------------------------------------------------------------------
+# 2. the power cap filter
+# --------------------------------------------------------------------------
+
+def test_power_cap_filter(control_plane, node_factory, scheduler_factory, extender_factory,
+                          e2e_namespace):
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    sel = {"e2e-test": f"cap-{tag}"}
+    hot, cool = f"hot-{tag}", f"cool-{tag}"
+    node_factory(hot, cpu="64", memory="256Gi", labels=sel)
+    node_factory(cool, cpu="80", memory="256Gi", labels=sel)
+    profiles = {"sites": SITE, "nodes": [
+        # Efficient and busy, 3.75 W under its cap less the 5 % headroom: a 4-core pod
+        # (+11 W) does not fit under it.
+        node_profile(hot, EFFICIENT_CURVE, 64, site="dc", utilisation=0.9,
+                     measured_watts=248, power_cap_watts=265),
+        # Inefficient but with room: 475 W allowed, 200 W now.
+        node_profile(cool, INEFFICIENT_CURVE, 80, site="dc", utilisation=0.1,
+                     measured_watts=200, power_cap_watts=500),
+    ]}
+    ext = extender_factory(profiles, deploy_extender_config(cp.kubeconfig))
+    name = f"joule-cap-{tag}"
+    sched = scheduler_factory(energy_scheduler_config(name, ext.url), name=name)
+
+    # Without the cap the hot node would be the cheaper place (it would win the score).
+    probe = {"Pod": {"metadata": {"name": "probe", "namespace": ns, "uid": "probe"},
+                     "spec": {"containers": [{"name": "c", "resources": {
+                         "requests": {"cpu": "4"}}}]}},
+             "NodeNames": [hot, cool]}
+    status, why = ext.post("explain", probe)
+    assert status == 200, why
+    by_node = {n["node"]: n for n in why["nodes"]}
+    assert by_node[hot]["estimate"]["cost"] < by_node[cool]["estimate"]["cost"], why
+    assert by_node[hot]["filtered"].startswith("power cap"), why
+    assert "filtered" not in by_node[cool], why
+
+    small = [f"small-{i}" for i in range(3)]
+    for p in small:
+        cp.create_pod(p, ns, scheduler_name=name, cpu="4", memory="1Gi", node_selector=sel)
+    placed = wait_all_bound(cp, ns, small, timeout=30)
+    assert set(placed.values()) == {cool}, placed
+    assert ext.metric("joulesched_extender_filtered_nodes_total", reason="power_cap") >= 3
+
+    # A pod too big for either node's cap: Pending, with our reason in FailedScheduling.
+    cp.create_pod("big", ns, scheduler_name=name, cpu="60", memory="1Gi", node_selector=sel)
+    event = cp.wait_for_failed_scheduling("big", ns, timeout=30)
+    assert "joulesched: power cap" in event.message, event.message
+    assert event.message.startswith("0/"), event.message
+    assert stays_pending(cp, ns, "big", 3), "a pod over every cap was bound"
+    assert "Skipping extender" not in sched.log_text()  # a filter verdict, not an error
+
+
+# --------------------------------------------------------------------------
+# 3. the bind verb
+# --------------------------------------------------------------------------
+
+def test_bind_verb(control_plane, node_factory, scheduler_factory, extender_factory,
+                   e2e_namespace):
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    sel = {"e2e-test": f"bind-{tag}"}
+    nodes = [f"bind-{tag}-{i}" for i in range(2)]
+    for n in nodes:
+        node_factory(n, cpu="64", memory="128Gi", labels=sel)
+    profiles = {"sites": SITE, "nodes": [node_profile(n, EFFICIENT_CURVE, 64, site="dc")
+                                         for n in nodes]}
+    ext = extender_factory(profiles, deploy_extender_config(
+        cp.kubeconfig, bind={"enabled": True}))
+    name = f"joule-bind-{tag}"
+    # -v=3 logs the in-tree DefaultBinder's "Attempting to bind pod to node".
+    sched = scheduler_factory(energy_scheduler_config(name, ext.url, bindVerb="bind"),
+                              name=name, verbosity=3)
+
+    pods = [f"bound-{i}" for i in range(3)]
+    for p in pods:
+        cp.create_pod(p, ns, scheduler_name=name, cpu="1", memory="1Gi", node_selector=sel)
+    placed = wait_all_bound(cp, ns, pods, timeout=30)
+    assert set(placed.values()) <= set(nodes)
+    assert ext.requests("bind", "200") == len(pods), ext.samples()
+    assert ext.failures() == 0, ext.samples()
+    log = sched.log_text()
+    assert "Skipping extender in bind" not in log, log[-3000:]
+    assert "Attempting to bind pod to node" not in log, "the scheduler bound a pod itself"
+    assert " failed: " not in ext.log_text(), ext.log_tail()  # Extender.bind's warning
+    for p in pods:
+        assert cp.pod_events(p, ns, "Scheduled"), f"no Scheduled event for {p}"
