@@ -9,16 +9,18 @@ sample to the recording when one is configured.
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from measurement.config import AgentConfig, is_loopback, parse_listen
 from measurement.errors import MeasurementError
 from measurement.exporters.prometheus import make_registry
 from measurement.exporters.record import RecordingWriter
+from measurement.nadiki import CounterSample, Provider, counter_samples
 from measurement.sampler import Sampler
 from measurement.server import AgentServer
 from measurement.snapshot import Snapshot
@@ -41,8 +43,12 @@ class Agent:
     clock: Callable[[], float] = time.time
     recorder: RecordingWriter | None = None
     published: Snapshot | None = None
+    provider: Provider | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     _last_publish: float = float("-inf")
+    # The provider's push loop reads counter samples from here; bounded, so a registrar that
+    # stays down costs memory only up to the pusher's own backlog (it drops the oldest).
+    _provider_queue: queue.Queue[list[CounterSample]] = field(default_factory=lambda: queue.Queue(maxsize=600))
 
     def step(self) -> Snapshot:
         """One sample: read, publish when a second has passed, record."""
@@ -52,6 +58,11 @@ class Agent:
             self._last_publish = snap.time
         if self.recorder is not None:
             self.recorder.write(snap)
+        if self.provider is not None:
+            try:
+                self._provider_queue.put_nowait(counter_samples(snap))
+            except queue.Full:  # the push loop is stuck (registrar down): its windows resume later
+                pass
         return snap
 
     def latest_published(self) -> Snapshot | None:
@@ -61,6 +72,8 @@ class Agent:
         interval = self.config.interval_seconds
         refresher = threading.Thread(target=self._refresh_pods, name="pod-names", daemon=True)
         refresher.start()
+        if self.provider is not None:
+            threading.Thread(target=self._provide, name="nadiki", daemon=True).start()
         deadline = time.monotonic()
         while not self.stop_event.is_set():
             try:
@@ -80,6 +93,27 @@ class Agent:
         while not self.stop_event.is_set():
             self.directory.refresh()
             self.stop_event.wait(self.config.kubernetes.refresh_seconds)
+
+    def _provider_samples(self) -> Iterator[CounterSample]:
+        while not self.stop_event.is_set():
+            try:
+                yield from self._provider_queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def _provide(self, retry_seconds: float = 60.0) -> None:
+        """NADIKI provider mode: register (retrying while the registrar fails), then push."""
+        assert self.provider is not None
+        while not self.stop_event.is_set():
+            try:
+                self.provider.register()
+                break
+            except MeasurementError as err:
+                log.error("NADIKI: registration failed, retrying in %g s: %s", retry_seconds, err)
+                self.stop_event.wait(retry_seconds)
+        else:
+            return
+        self.provider.run(self._provider_samples(), self.stop_event)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -109,7 +143,12 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
         config, opened.sources, node=node, clock=clock, cgroups=cgroups, procstat=procstat, pods=directory
     )
     recorder = RecordingWriter(config.record_file) if config.record_file else None
-    return Agent(config, sampler, opened, directory, clock, recorder)
+    provider = None
+    if config.nadiki is not None:
+        gpu_models = [z.model for src in opened.sources for z in src.zones() if getattr(z, "model", "")]
+        provider = Provider(config.nadiki, config.roots, gpu_models=gpu_models, clock=clock)
+        log.info("NADIKI provider mode: registrar %s", config.nadiki.registrar_url)
+    return Agent(config, sampler, opened, directory, clock, recorder, provider=provider)
 
 
 def read_token(path: str) -> str:

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from measurement.config import MAX_INTERVAL, MIN_INTERVAL, AgentConfig, load_config
+from measurement.errors import MeasurementError
 from measurement.sources.registry import Outcome, open_sources
 from policy.errors import ConfigError
 
@@ -110,7 +111,11 @@ def agent_main(argv: Sequence[str]) -> int:
 
     from measurement.agent import build_agent, build_server
 
-    agent = build_agent(config)
+    try:
+        agent = build_agent(config)
+    except MeasurementError as err:
+        print(f"joulesched agent: {err}", file=sys.stderr)
+        return 2
     try:
         server = build_server(agent)
     except (OSError, ValueError) as err:

@@ -30,6 +30,8 @@ Every field, with its default::
       listen: 127.0.0.1:9102
       token_file: ""            # bearer token for the windows API (required off loopback)
     record: {file: ""}          # JSON lines (gzip when it ends in .gz), see docs/agent.md
+    nadiki: null                # provider mode: register with a NADIKI registrar and push energy
+                                #   (measurement/nadiki/config.py, docs/provider.md)
 
 Unknown keys, numbers given as strings and out-of-range values are all reported at once, each
 with its dotted path (``attribution.idle_policy: must be one of requests, bucket, got 'even'``).
@@ -45,6 +47,7 @@ from typing import Any
 import yaml
 
 from measurement.attribution import IDLE_POLICIES
+from measurement.nadiki.config import ProviderConfig, parse_provider_config
 from measurement.sources.base import Roots
 from measurement.sources.registry import DEFAULT_ORDER, SOURCES
 from policy.errors import ConfigError
@@ -125,6 +128,7 @@ class AgentConfig:
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     record_file: str = ""
+    nadiki: ProviderConfig | None = None
 
     def validate(self) -> list[str]:
         """Every problem of this configuration, each with its dotted path (empty when valid)."""
@@ -259,6 +263,7 @@ _TOP = (
     "kubernetes",
     "server",
     "record",
+    "nadiki",
 )
 
 
@@ -363,6 +368,12 @@ def parse_agent_config(doc: Any, where: str = "agent config") -> AgentConfig:
         token_file=text(sv, "token_file", "server", d.server.token_file),
     )
     rec = section("record", ("file",))
+    nadiki = None
+    if root.get("nadiki") is not None:
+        try:
+            nadiki = parse_provider_config(root["nadiki"], where)
+        except ConfigError as err:
+            check.problems.extend(err.problems)
     config = AgentConfig(
         node=node,
         interval_seconds=interval,
@@ -375,6 +386,7 @@ def parse_agent_config(doc: Any, where: str = "agent config") -> AgentConfig:
         kubernetes=kube,
         server=server,
         record_file=text(rec, "file", "record", d.record_file),
+        nadiki=nadiki,
     )
     # Fields with a type problem fell back to their (valid) defaults, so validate() adds only
     # the range problems of the values that were read: every problem is reported in one pass.

@@ -24,6 +24,7 @@ import orjson
 
 from sim.model import PodSpec, Trace
 from sim.traces.common import MIB
+from sim.traces.pods_csv import POD_CSV_COLUMNS
 
 GIB = 1024.0**3
 
@@ -179,24 +180,7 @@ def write_pod_csv(trace: Trace, path: str | Path) -> None:
     """Save any trace as a generic pod CSV."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(
-        [
-            "name",
-            "arrival",
-            "duration",
-            "cpu_request",
-            "memory_request",
-            "gpu_request",
-            "cpu_usage",
-            "gpu_usage",
-            "priority",
-            "group",
-            "workflow",
-            "process",
-            "namespace",
-            "parents",
-        ]
-    )
+    writer.writerow(POD_CSV_COLUMNS)
     for p in trace.pods:
         writer.writerow(
             [
