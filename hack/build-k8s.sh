@@ -43,7 +43,7 @@ have_all() {
 }
 
 if have_all; then
-  log "cache hit: $BIN_DIR ($K8S_VERSION)"
+  log "cache hit: $BIN_DIR ($K8S_VERSION; $(cat "$BIN_DIR/../BUILD_INFO" 2>/dev/null || echo 'build time not recorded'))"
   echo "$BIN_DIR"
   exit 0
 fi
