@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from measurement.config import AgentConfig, is_loopback, parse_listen
 from measurement.errors import MeasurementError
-from measurement.exporters.prometheus import make_registry
+from measurement.exporters.prometheus import SiteFactors, make_registry
 from measurement.exporters.record import RecordingWriter
 from measurement.nadiki import CounterSample, Provider, counter_samples
 from measurement.sampler import Sampler
@@ -28,6 +28,7 @@ from measurement.sources.cgroup_cpu import CgroupCpu
 from measurement.sources.kube_pods import PodDirectory, open_directory
 from measurement.sources.procfs_stat import ProcStat
 from measurement.sources.registry import OpenedSources, open_sources
+from policy.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Agent:
     recorder: RecordingWriter | None = None
     published: Snapshot | None = None
     provider: Provider | None = None
+    site: SiteFactors | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     _last_publish: float = float("-inf")
     # The provider's push loop reads counter samples from here; bounded, so a registrar that
@@ -148,7 +150,17 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
         gpu_models = [z.model for src in opened.sources for z in src.zones() if getattr(z, "model", "")]
         provider = Provider(config.nadiki, config.roots, gpu_models=gpu_models, clock=clock)
         log.info("NADIKI provider mode: registrar %s", config.nadiki.registrar_url)
-    return Agent(config, sampler, opened, directory, clock, recorder, provider=provider)
+    site = None
+    if config.site_file:
+        from measurement.sitefile import load_site_file
+
+        catalogue = load_site_file(config.site_file)  # ConfigError names the file and field
+        if config.node.site and config.node.site not in catalogue.sites:
+            raise ConfigError(
+                config.site_file, [f"node.site {config.node.site!r} is not a site of this file ({', '.join(catalogue.sites)})"]
+            )
+        site = SiteFactors(catalogue, config.node.site, config.node.server_id, node, clock)
+    return Agent(config, sampler, opened, directory, clock, recorder, provider=provider, site=site)
 
 
 def read_token(path: str) -> str:
@@ -172,7 +184,7 @@ def build_server(agent: Agent) -> AgentServer:
         (host, port),
         sampler=agent.sampler,
         published=agent.latest_published,
-        registry=make_registry(agent.latest_published),
+        registry=make_registry(agent.latest_published, agent.site),
         token=token,
         windows_allowed=token is not None or loopback,
         min_samples=agent.config.model.min_samples,

@@ -113,7 +113,7 @@ def agent_main(argv: Sequence[str]) -> int:
 
     try:
         agent = build_agent(config)
-    except MeasurementError as err:
+    except (MeasurementError, ConfigError) as err:
         print(f"joulesched agent: {err}", file=sys.stderr)
         return 2
     try:

@@ -30,6 +30,8 @@ Every field, with its default::
       listen: 127.0.0.1:9102
       token_file: ""            # bearer token for the windows API (required off loopback)
     record: {file: ""}          # JSON lines (gzip when it ends in .gz), see docs/agent.md
+    sites: {file: ""}           # site file (PUE, WUE, carbon intensity, embodied emissions):
+                                #   exported as joulesched_site_* and joulesched_server_* (docs/impact.md)
     nadiki: null                # provider mode: register with a NADIKI registrar and push energy
                                 #   (measurement/nadiki/config.py, docs/provider.md)
 
@@ -128,6 +130,7 @@ class AgentConfig:
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     record_file: str = ""
+    site_file: str = ""
     nadiki: ProviderConfig | None = None
 
     def validate(self) -> list[str]:
@@ -263,6 +266,7 @@ _TOP = (
     "kubernetes",
     "server",
     "record",
+    "sites",
     "nadiki",
 )
 
@@ -368,6 +372,7 @@ def parse_agent_config(doc: Any, where: str = "agent config") -> AgentConfig:
         token_file=text(sv, "token_file", "server", d.server.token_file),
     )
     rec = section("record", ("file",))
+    sites = section("sites", ("file",))
     nadiki = None
     if root.get("nadiki") is not None:
         try:
@@ -386,6 +391,7 @@ def parse_agent_config(doc: Any, where: str = "agent config") -> AgentConfig:
         kubernetes=kube,
         server=server,
         record_file=text(rec, "file", "record", d.record_file),
+        site_file=text(sites, "file", "sites", d.site_file),
         nadiki=nadiki,
     )
     # Fields with a type problem fell back to their (valid) defaults, so validate() adds only

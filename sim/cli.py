@@ -5,6 +5,9 @@ joulesched sim run --trace FILE... --cluster FILE --out DIR [--policies default,
                    [--extender-url URL|auto|STRATEGY=URL ...] [--extender-profiles FILE|STRATEGY=FILE ...]
                    [--repeat N --every S] [--recording FILE...] [--attribution-cluster FILE] [--no-attribution]
                    [--sensitivity]
+joulesched sim run --scheduler kube --trace FILE... --cluster FILE --out DIR [--kubeconfig FILE]
+                   [--scheduler-name NAME] [--scheduler-profile default|most-allocated] [--seed N]
+                   [--time-scale S] [--bind-timeout S]
 joulesched sim demo [--out DIR]
 joulesched sim generate workflow --shape NAME | --tasks N --makespan S [--layers L] --out FILE.json
 joulesched sim generate pods --count N --cluster-cores C [--utilisation U] --out FILE.csv
@@ -63,7 +66,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--cluster", required=True, metavar="FILE", help="cluster spec YAML (see sim/data/clusters/example.yaml)"
     )
     run.add_argument("--out", required=True, metavar="DIR", help="report folder (created)")
-    run.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
+    run.add_argument(
+        "--policies",
+        default=None,
+        help=f"comma-separated, from {', '.join(POLICIES)} (default: all); with --scheduler kube: the profile",
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument(
         "--percentage-of-nodes-to-score",
@@ -110,6 +117,33 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     run.add_argument("--no-attribution", action="store_true", help="skip the attribution comparison")
     run.add_argument("--sensitivity", action="store_true", help="also run every policy with the autoscaler off")
     run.add_argument("--no-plots", action="store_true")
+    run.add_argument(
+        "--scheduler",
+        choices=("model", "kube"),
+        default="model",
+        help="model: the simulator's kube-scheduler model (default); kube: replay the trace against a real "
+        "kube-scheduler and check the model's placements against it",
+    )
+    kube = run.add_argument_group("--scheduler kube")
+    kube.add_argument("--kubeconfig", metavar="FILE", help="the cluster to replay on (default: $KUBECONFIG)")
+    kube.add_argument("--scheduler-name", default="default-scheduler", metavar="NAME", help="schedulerName of the pods")
+    kube.add_argument(
+        "--scheduler-profile",
+        choices=("default", "most-allocated"),
+        default=None,
+        help="the scoring that scheduler uses: default (LeastAllocated) or most-allocated "
+        "(NodeResourcesFit MostAllocated); default: --policies, else default",
+    )
+    kube.add_argument(
+        "--time-scale",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="simulated seconds per wall second (default 0: as fast as the scheduler binds)",
+    )
+    kube.add_argument(
+        "--bind-timeout", type=float, default=30.0, metavar="S", help="seconds to wait for one pod to be bound"
+    )
 
     demo = sub.add_parser("demo", help="the shipped example end to end (under a minute)")
     demo.add_argument("--out", default="sim-demo", metavar="DIR")
@@ -188,9 +222,11 @@ def main(argv: Sequence[str]) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.scheduler == "kube":
+        return cmd_run_kube(args)
     from sim.execute import execute
 
-    policies = check_policies([p.strip() for p in args.policies.split(",") if p.strip()])
+    policies = check_policies([p.strip() for p in (args.policies or ",".join(POLICIES)).split(",") if p.strip()])
     if not 0 <= args.percentage_of_nodes_to_score <= 100:
         raise SimError(f"--percentage-of-nodes-to-score: must be 0..100, got {args.percentage_of_nodes_to_score}")
     if args.extender_weight < 1:
@@ -225,6 +261,89 @@ def cmd_run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         inputs=[str(p) for p in args.trace],
     )
+    return 0
+
+
+KUBE_UNUSED = (
+    ("extender_url", "--extender-url"),
+    ("extender_profiles", "--extender-profiles"),
+    ("recording", "--recording"),
+    ("attribution_cluster", "--attribution-cluster"),
+    ("policy_config", "--policy-config"),
+    ("sensitivity", "--sensitivity"),
+)
+
+
+def kube_profile(policies: str | None, profile: str | None) -> str:
+    """The profile the real scheduler uses: ``--scheduler-profile``, else ``--policies`` (one of two)."""
+    from sim.kubereplay import PROFILES
+
+    named = [p.strip() for p in (policies or "").split(",") if p.strip()]
+    wrong = [p for p in named if p not in PROFILES]
+    if wrong:
+        raise SimError(
+            f"--policies {wrong[0]!r}: --scheduler kube replays on one real scheduler; "
+            f"name its profile ({', '.join(PROFILES)})"
+        )
+    if len(named) > 1:
+        raise SimError("--policies: --scheduler kube replays one profile at a time; name one (or --scheduler-profile)")
+    if profile and named and named[0] != profile:
+        raise SimError(f"--policies {named[0]} and --scheduler-profile {profile} disagree")
+    return profile or (named[0] if named else "default")
+
+
+def cmd_run_kube(args: argparse.Namespace) -> int:
+    """``--scheduler kube``: replay on a real kube-scheduler and report how often the model agrees."""
+    import orjson
+
+    from sim.kubereplay import KubeOptions, placements_csv, replay, summary_table
+
+    for attr, flag in KUBE_UNUSED:
+        if getattr(args, attr):
+            raise SimError(f"{flag}: not used with --scheduler kube")
+    if args.repeat < 1:
+        raise SimError(f"--repeat: must be >= 1, got {args.repeat}")
+    opts = KubeOptions(
+        kubeconfig=args.kubeconfig,
+        scheduler_name=args.scheduler_name,
+        profile=kube_profile(args.policies, args.scheduler_profile),
+        seed=args.seed,
+        time_scale=args.time_scale,
+        bind_timeout=args.bind_timeout,
+    )
+    cluster = load_cluster(args.cluster)
+    traces = read_traces(args.trace)
+    workload = Workload.of([copy for t in traces for copy in repeat(t, args.repeat, args.every)])
+    from sim.progress import Progress
+
+    bar = Progress()
+    try:
+        result = replay(cluster, workload, opts, progress=lambda f: bar(f"kube {opts.profile}", f))
+    finally:
+        bar.done()
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "format": "joulesched-sim-results",
+            "version": 1,
+            "scheduler": "kube",
+            "inputs": [str(p) for p in args.trace],
+            "cluster": {"name": cluster.name, "file": cluster.source, "nodes": cluster.node_count},
+            "seed": args.seed,
+            "kube_agreement": {
+                "scheduler_name": opts.scheduler_name,
+                "profile": opts.profile,
+                "kubeconfig": args.kubeconfig or "$KUBECONFIG",
+                **result.to_json(),
+            },
+        }
+        (out / "results.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        (out / "placements.csv").write_text(placements_csv(result), encoding="utf-8")
+    except OSError as err:
+        raise SimError(f"--out {out}: cannot write: {err.strerror or err}") from err
+    print(summary_table(result, opts))
+    print(f"wrote {out / 'results.json'} and {out / 'placements.csv'}")
     return 0
 
 

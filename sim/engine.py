@@ -356,9 +356,8 @@ class Engine:
             total = (np.minimum(nz_cpu, a_cpu) * 100 // a_cpu + np.minimum(nz_mem, a_mem) * 100 // a_mem) // 2
         pc, pm = self.p_cpu_list[i], self.p_mem_list[i]
         if pc or pm:  # BalancedAllocation skips best-effort pods
-            total = total + kube.balanced_allocation_score(
-                self.req_cpu[cand] + pc, a_cpu, self.req_mem[cand] + pm, a_mem
-            )
+            req_cpu, req_mem = self.req_cpu[cand], self.req_mem[cand]
+            total = total + kube.balanced_allocation_score(req_cpu + pc, a_cpu, req_mem + pm, a_mem, req_cpu, req_mem)
         g = self.p_group[i]
         if g >= 0:
             host = self.group_host[g]

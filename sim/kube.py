@@ -1,6 +1,7 @@
 """kube-scheduler's filter and score arithmetic, as plain functions over numpy arrays.
 
-Reproduced from ``k8s.io/kubernetes/pkg/scheduler`` (v1.30–1.34, default profile):
+Reproduced from ``k8s.io/kubernetes/pkg/scheduler`` (default profile; checked against the real
+v1.37.2 kube-scheduler by ``joulesched sim run --scheduler kube``):
 
 * **Filter** ``NodeResourcesFit``: a pod fits when, for every resource it requests, the
   request is at most allocatable minus what pods on the node already request; and the node
@@ -11,7 +12,8 @@ Reproduced from ``k8s.io/kubernetes/pkg/scheduler`` (v1.30–1.34, default profi
   plugin                              weight  here
   ==================================  ======  ==============================================
   NodeResourcesFit (LeastAllocated)   1       modelled: :func:`least_allocated_score`
-  NodeResourcesBalancedAllocation     1       modelled: :func:`balanced_allocation_score`
+  NodeResourcesBalancedAllocation     1       modelled: :func:`balanced_allocation_score` (the
+                                              balance improvement, as in v1.37)
   PodTopologySpread                   2       modelled for pods with a ``group`` (the system
                                               default constraints apply only to pods that a
                                               Service/ReplicaSet/StatefulSet/RC selects; bare
@@ -114,18 +116,40 @@ def resource_fit_score(
     return np.where(weights > 0, (cpu + mem) // np.maximum(weights, 1), 0)
 
 
-def balanced_allocation_score(
+def _balance(
     cpu_requested: np.ndarray, cpu_allocatable: np.ndarray, mem_requested: np.ndarray, mem_allocatable: np.ndarray
 ) -> np.ndarray:
-    """NodeResourcesBalancedAllocation: ``(1 − |f_cpu − f_mem| / 2) × 100``, truncated.
-
-    ``*_requested`` are the node's Requested (not NonZero) plus the pod's request; fractions
-    are capped at 1. The caller skips the plugin for a pod that requests neither resource.
-    """
+    """``balancedResourceScore``: ``(1 − |f_cpu − f_mem| / 2) × 100``, truncated; fractions capped at 1."""
     fc = np.minimum(cpu_requested / cpu_allocatable, 1.0)
     fm = np.minimum(mem_requested / mem_allocatable, 1.0)
     std = np.abs((fc - fm) / 2.0)
     return ((1.0 - std) * float(MAX_NODE_SCORE)).astype(np.int64)
+
+
+def balanced_allocation_score(
+    cpu_requested: np.ndarray,
+    cpu_allocatable: np.ndarray,
+    mem_requested: np.ndarray,
+    mem_allocatable: np.ndarray,
+    cpu_allocated: np.ndarray | None = None,
+    mem_allocated: np.ndarray | None = None,
+) -> np.ndarray:
+    """NodeResourcesBalancedAllocation.
+
+    ``*_requested`` are the node's Requested (not NonZero) plus the pod's request;
+    ``*_allocated`` the node's Requested without the pod. kube-scheduler v1.37 scores how much
+    the pod *improves* the node's balance: with ``b(x) = (1 − |f_cpu − f_mem| / 2) × 100``
+    (truncated, fractions capped at 1), ``50 + (50 + b(with pod) − b(without)) / 2`` in Go
+    integer arithmetic. Without ``*_allocated`` this is the score of v1.34 and earlier,
+    ``b(with pod)`` alone. The caller skips the plugin for a pod that requests neither resource.
+    """
+    with_pod = _balance(cpu_requested, cpu_allocatable, mem_requested, mem_allocatable)
+    if cpu_allocated is None or mem_allocated is None:
+        return with_pod
+    without = _balance(cpu_allocated, cpu_allocatable, mem_allocated, mem_allocatable)
+    half = MAX_NODE_SCORE // 2
+    # b() is in [50, 100], so the dividend is in [0, 100]: floor division is Go's truncation.
+    return half + (half + with_pod - without) // 2
 
 
 def topology_spread_scores(host_counts: np.ndarray, zone_counts: np.ndarray, zones_in_filtered: int) -> np.ndarray:

@@ -8,7 +8,10 @@ whatever the sampling interval (the PLATYPUS side channel needs finer resolution
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,6 +23,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from measurement import names as n
 from measurement.snapshot import READ_SECONDS_BUCKETS, Snapshot
+from policy.site import IntensityUnavailable, SiteCatalogue
+
+log = logging.getLogger(__name__)
 
 
 def _family(metric: n.Metric) -> Metric:
@@ -125,11 +131,57 @@ class SnapshotCollector(Collector):
             yield from families(snap)
 
 
-def make_registry(latest: Callable[[], Snapshot | None]) -> CollectorRegistry:
-    """A fresh registry holding only the agent's collector (no process/platform collectors)."""
+@dataclass(frozen=True)
+class SiteFactors:
+    """The site and server factors of this node, from the site file (``sites.file``).
+
+    Exported beside the node's ``joulesched_node_info{site, server_id}`` so that the recording
+    rules (deploy/prometheus) and ``joulesched report`` can join them: every agent of a site
+    exports the same values, and the rules take ``max by (site)``.
+    """
+
+    catalogue: SiteCatalogue
+    site: str
+    server_id: str
+    node: str
+    clock: Callable[[], float] = time.time
+
+    def families(self) -> list[Metric]:
+        f = _Families()
+        site = self.catalogue.sites.get(self.site)
+        if site is not None:
+            f.add(n.SITE_PUE, (site.name,), site.pue)
+            try:  # a series that cannot answer now leaves the gauge out: no invented intensity
+                f.add(n.SITE_CARBON, (site.name,), site.carbon.at(self.clock()))
+            except IntensityUnavailable as err:
+                log.warning("site %s: carbon intensity unavailable: %s", site.name, err)
+            f.add(n.SITE_WUE, (site.name,), site.wue)
+            f.add(n.SITE_RENEWABLE, (site.name,), site.renewable_share)
+        server = self.catalogue.embodied(self.server_id or self.node)
+        if server is not None:
+            f.add(n.SERVER_EMBODIED, (self.server_id,), server.embodied_kg * 1000.0)
+            f.add(n.SERVER_LIFETIME, (self.server_id,), server.lifetime_seconds)
+        return list(f.families.values())
+
+
+class SiteCollector(Collector):
+    def __init__(self, factors: SiteFactors) -> None:
+        self.factors = factors
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.factors.families()
+
+
+def make_registry(latest: Callable[[], Snapshot | None], site: SiteFactors | None = None) -> CollectorRegistry:
+    """A fresh registry holding only the agent's collectors (no process/platform collectors)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(latest))
+    if site is not None:
+        registry.register(SiteCollector(site))
     return registry
 
 
-__all__ = ["SnapshotCollector", "families", "make_registry"]
+__all__ = ["SiteCollector", "SiteFactors", "SnapshotCollector", "families", "make_registry"]

@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from replica import CgroupTree, PowercapTree, ProcTree
-
 from measurement.sources.base import Roots
-
-
-class FakeClock:
-    """A clock that moves only when the test says so."""
-
-    def __init__(self, start: float = 1_764_400_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def tick(self, seconds: float = 1.0) -> float:
-        self.now += seconds
-        return self.now
+from tests.measurement.fakes import FakeClock
+from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 
 
 @pytest.fixture

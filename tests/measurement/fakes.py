@@ -60,4 +60,20 @@ def gpus(clock: Callable[[], float], count: int = 2) -> FakeGpus:
     return FakeGpus("nvml", [FakeZone(f"gpu-{i}", "gpu", "counter", clock) for i in range(count)])
 
 
-__all__ = ["FakeGpus", "FakeSource", "FakeZone", "gpus", "ipmi"]
+
+
+class FakeClock:
+    """A clock that moves only when the test says so."""
+
+    def __init__(self, start: float = 1_764_400_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self, seconds: float = 1.0) -> float:
+        self.now += seconds
+        return self.now
+
+
+__all__ = ["FakeClock", "FakeGpus", "FakeSource", "FakeZone", "gpus", "ipmi"]

@@ -9,15 +9,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from replica import PowercapTree, ProcTree
 
 from measurement.agent import build_agent
 from measurement.config import AgentConfig, KubernetesConfig, SourcesConfig, load_config, parse_agent_config
 from measurement.nadiki import parse_provider_config
 from measurement.sources.base import Roots
 from policy.errors import ConfigError
+from tests.measurement.fakes import FakeClock
 from tests.measurement.nadiki.nadiki_support import RegistrarServer
+from tests.measurement.replica import PowercapTree, ProcTree
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

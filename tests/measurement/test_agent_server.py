@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FakeClock
-from replica import CgroupTree, PowercapTree, ProcTree
 
 from measurement.agent import Agent, build_agent, build_server
 from measurement.config import AgentConfig, KubernetesConfig, ModelConfig, ServerConfig, SourcesConfig
@@ -20,6 +18,8 @@ from measurement.exporters.prometheus import make_registry
 from measurement.server import AgentServer, _Handler
 from measurement.sources.base import Roots
 from policy.profile import parse_profiles
+from tests.measurement.fakes import FakeClock
+from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 
 POD = "aaaaaaaa-0000-4000-8000-000000000001"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from replica import CgroupTree, ProcTree
 
 from measurement.errors import SourceAbsent, SourceFailed
 from measurement.sources.cgroup_cpu import CgroupCpu, shares_to_millicores, weight_to_shares
 from measurement.sources.procfs_stat import ProcStat, parse_proc_stat, pod_uid_from_cgroup_text, pod_uid_of_pid
+from tests.measurement.replica import CgroupTree, ProcTree
 
 UID_G = "0f6b1d7e-3c2a-4b59-9e4e-0a8d7c6b5a41"
 UID_B = "5d2e8c1f-7a6b-4c3d-8e9f-1a2b3c4d5e6f"

@@ -13,10 +13,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from replica import PowercapTree, ProcTree
 
 from joulesched.cli import main as joulesched_main
 from measurement.cli import measure_main
+from tests.measurement.replica import PowercapTree, ProcTree
 
 PROGRAM = """
 import pathlib, sys

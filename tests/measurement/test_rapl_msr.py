@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-from replica import MsrEmulator, ProcTree, write_msr
 
 from measurement.errors import SourceAbsent, SourceFailed
 from measurement.sources import rapl_msr as m
 from measurement.sources.base import Roots
+from tests.measurement.replica import MsrEmulator, ProcTree, write_msr
 
 ESU_14 = 0xA0E03  # a typical Intel 0x606: power 1/8 W, energy 1/2^14 J (bits 12:8 = 0x0E), time 1/2^10 s
 ESU_16 = 0xA1003  # energy unit bits 12:8 = 0x10 -> 1/2^16 J (AMD Zen)

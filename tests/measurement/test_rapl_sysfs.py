@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-from replica import PowercapTree
 
 from measurement.errors import SourceAbsent, SourceFailed
 from measurement.sources import rapl_sysfs
 from measurement.sources.base import Roots, Source, Zone
+from tests.measurement.replica import PowercapTree
 
 
 def zones_by_name(source: Source) -> dict[str, Zone]:

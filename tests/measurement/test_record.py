@@ -8,8 +8,6 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from replica import CgroupTree, PowercapTree, ProcTree
 
 from measurement.config import AgentConfig, SourcesConfig
 from measurement.exporters.record import FORMAT, RecordingWriter, load_recording, read_lines
@@ -18,6 +16,8 @@ from measurement.sources.base import Roots
 from measurement.sources.cgroup_cpu import CgroupCpu
 from measurement.sources.procfs_stat import ProcStat
 from measurement.sources.registry import open_sources
+from tests.measurement.fakes import FakeClock
+from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 
 POD = "aaaaaaaa-0000-4000-8000-000000000001"
 

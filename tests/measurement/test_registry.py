@@ -6,11 +6,11 @@ import sys
 import types
 
 import pytest
-from replica import PowercapTree
 
 from measurement.errors import SourceAbsent, SourceFailed
 from measurement.sources import registry
 from measurement.sources.base import Roots
+from tests.measurement.replica import PowercapTree
 
 
 def fake_module(monkeypatch: pytest.MonkeyPatch, name: str, factory: object) -> None:

@@ -8,9 +8,6 @@ import os
 from dataclasses import replace
 
 import pytest
-from conftest import FakeClock
-from fakes import FakeSource, gpus, ipmi
-from replica import CgroupTree, PowercapTree, ProcTree
 
 from measurement.config import AgentConfig, AttributionConfig, CrossCheckConfig, ModelConfig, SourcesConfig
 from measurement.exporters.profile import profile_document
@@ -21,6 +18,8 @@ from measurement.sources.cgroup_cpu import CgroupCpu
 from measurement.sources.procfs_stat import ProcStat
 from measurement.sources.registry import open_sources
 from policy.profile import parse_profiles
+from tests.measurement.fakes import FakeClock, FakeSource, gpus, ipmi
+from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 
 POD_A = "aaaaaaaa-0000-4000-8000-000000000001"
 POD_B = "bbbbbbbb-0000-4000-8000-000000000002"

@@ -102,3 +102,15 @@ def test_select_host_picks_the_best_and_breaks_ties_from_the_seed() -> None:
 @pytest.mark.parametrize(("cores", "milli"), [(1.5, 1500), (0.1, 100), (0.0001, 1), (2.0, 2000)])
 def test_milli_cpu_rounds_up_like_quantity(cores: float, milli: int) -> None:
     assert kube.milli_cpu(cores) == milli
+
+
+def test_balanced_allocation_scores_the_balance_improvement_like_v1_37() -> None:
+    # kube-scheduler v1.37: 50 + (50 + b(with pod) - b(without)) / 2, b = (1 - |f_cpu - f_mem| / 2) * 100.
+    # The node is balanced (0.25, 0.25: b = 100); a cpu-only pod unbalances it (0.5, 0.25: b = 87.5 -> 87).
+    args = (arr(4000), arr(8000), arr(4096), arr(16384))
+    assert kube.balanced_allocation_score(*args, arr(2000), arr(4096))[0] == 50 + (50 + 87 - 100) // 2 == 68
+    # The node leans to cpu (0.5, 0: b = 75); a memory-only pod balances it (0.5, 0.5: b = 100).
+    args = (arr(4000), arr(8000), arr(8192), arr(16384))
+    assert kube.balanced_allocation_score(*args, arr(4000), arr(0))[0] == 50 + (50 + 100 - 75) // 2 == 87
+    # Without the node's own requests: the score of v1.34 and earlier, b(with pod) alone.
+    assert kube.balanced_allocation_score(*args)[0] == 100
