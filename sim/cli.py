@@ -30,7 +30,7 @@ from policy.validate import Checker
 from sim.cluster import ClusterSpec, load_cluster
 from sim.errors import SimError
 from sim.model import Trace, Workload, repeat
-from sim.runner import DEFAULT_EXTENDER_WEIGHT, POLICIES, RunOptions, check_policies, write_profiles
+from sim.runner import DEFAULT_EXTENDER_WEIGHT, POLICIES, VARIANTS, RunOptions, check_policies, write_profiles
 
 
 def _split_map(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -69,7 +69,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     run.add_argument(
         "--policies",
         default=None,
-        help=f"comma-separated, from {', '.join(POLICIES)} (default: all); with --scheduler kube: the profile",
+        help=f"comma-separated, from {', '.join(POLICIES + VARIANTS)} (default: the first four); "
+        "with --scheduler kube: the profile",
     )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument(
@@ -149,6 +150,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     demo.add_argument("--out", default="sim-demo", metavar="DIR")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--extender-url", action="append", metavar="URL", help="as for run (auto: start extenders)")
+    demo.add_argument(
+        "--extender-profiles", action="append", metavar="FILE", help="as for run: needed with a URL other than auto"
+    )
 
     gen = sub.add_parser("generate", help="write a synthetic trace of a given shape")
     gsub = gen.add_subparsers(dest="kind", required=True)
@@ -207,7 +211,10 @@ def main(argv: Sequence[str]) -> int:
             from sim.demo import run_demo
 
             return run_demo(
-                Path(args.out), seed=args.seed, extender_urls=_split_map(args.extender_url, "--extender-url")
+                Path(args.out),
+                seed=args.seed,
+                extender_urls=_split_map(args.extender_url, "--extender-url"),
+                extender_profiles=_split_map(args.extender_profiles, "--extender-profiles"),
             )
         if args.command == "generate":
             return cmd_generate(args)

@@ -7,7 +7,7 @@
     sites:
       bpat-hydro:
         pue: 1.10                    # facility energy = IT energy × PUE
-        wue: 0.30                    # litres of water per facility kWh (optional)
+        wue: 0.30                    # litres of water per IT kWh (The Green Grid WUE; optional)
         carbon_intensity: 55         # gCO2e/kWh, constant ...
         # ... or an hourly series (paths relative to this file):
         # carbon_series: {file: ../carbon/BPAT_2022_hourly.csv, column: avg_CI, missing: interpolate}

@@ -52,13 +52,22 @@ def attribution_workloads(seed: int = 0) -> list[Workload]:
     return [Workload.of([t]) for t in (*shapes, *real)]
 
 
-def run_demo(out: Path, seed: int = 0, extender_urls: Mapping[str, str] | None = None) -> int:
+def run_demo(
+    out: Path,
+    seed: int = 0,
+    extender_urls: Mapping[str, str] | None = None,
+    extender_profiles: Mapping[str, str] | None = None,
+) -> int:
     from sim.execute import execute
 
     cluster = load_cluster(EXAMPLE_CLUSTER)
     workload = demo_workload(seed)
     opts = RunOptions(
-        policies=POLICIES + VARIANTS, seed=seed, extender_urls=dict(extender_urls or {}), workdir=str(out / "extender")
+        policies=POLICIES + VARIANTS,
+        seed=seed,
+        extender_urls=dict(extender_urls or {}),
+        extender_profiles=dict(extender_profiles or {}),
+        workdir=str(out / "extender"),
     )
     print(f"joulesched sim demo: {len(workload.pods):,} pods of {len(workload.workflows)} nf-core workflow runs on {cluster.node_count} nodes")
     execute(

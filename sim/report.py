@@ -130,7 +130,7 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
         _table(SUMMARY_HEADER, summary_rows(r["policies"], r["comparison"])),
         "",
         "Δ % against `default`. Facility energy = IT × PUE; CO2e = facility energy × the site's hourly grid intensity, "
-        "integrated; water = facility energy × WUE.",
+        "integrated; water = IT energy × WUE (WUE is per IT kWh).",
         "",
     ]
     if r.get("targets"):

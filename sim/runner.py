@@ -171,10 +171,11 @@ def metrics_of(cluster: ClusterSpec, workload: Workload, r: SimResult) -> dict[s
     for name, site in cluster.sites.items():
         sel = site_of == name
         facility = float(r.facility_joules[sel].sum())
-        litres = facility / JOULES_PER_KWH * site.wue
+        it = float(r.energy_joules[sel].sum())
+        litres = it / JOULES_PER_KWH * site.wue  # WUE is per IT kWh (The Green Grid), as in policy.impact
         water += litres
         per_site[name] = {
-            "energy_joules": float(r.energy_joules[sel].sum()),
+            "energy_joules": it,
             "facility_energy_joules": facility,
             "carbon_grams": float(r.carbon_grams[sel].sum()),
             "water_litres": litres,

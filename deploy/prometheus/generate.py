@@ -240,6 +240,9 @@ def _panel(
     }
     if description:
         panel["description"] = description
+    if any("$__interval" in t.get("expr", "") for t in targets):
+        # The recorded series are one sample per minute: a shorter step would sum empty ranges.
+        panel["interval"] = WINDOW
     if kind == "timeseries":
         panel["fieldConfig"]["defaults"]["custom"] = {
             "drawStyle": "line",

@@ -80,3 +80,10 @@ def test_the_panels_the_issue_asks_for() -> None:
         n.EXT_FAILURES.name,  # and failures
     ):
         assert needle in text, needle
+
+
+def test_panels_over_the_minute_rules_never_step_below_a_minute() -> None:
+    """sum_over_time(rule[$__interval]) over one sample a minute is empty below 1m."""
+    for panel in DASHBOARD["panels"]:
+        if any("$__interval" in t.get("expr", "") for t in panel.get("targets", [])):
+            assert panel.get("interval") == generate.WINDOW, panel["title"]

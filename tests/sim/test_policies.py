@@ -55,7 +55,9 @@ def test_every_run_is_measured_over_one_window_with_every_indicator() -> None:
         assert m["pods"] == 40
         assert m["facility_energy_joules"] > m["energy_joules"]
         dirty = m["per_site"]["dirty"]
-        assert dirty["water_litres"] == pytest.approx(dirty["facility_energy_joules"] / 3.6e6 * 1.8)
+        # WUE is litres per IT kWh (The Green Grid), not per facility kWh
+        assert dirty["water_litres"] == pytest.approx(dirty["energy_joules"] / 3.6e6 * 1.8)
+        assert dirty["facility_energy_joules"] > dirty["energy_joules"]
 
 
 def test_comparison_and_targets_are_computed_not_forced() -> None:
