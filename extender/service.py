@@ -22,7 +22,7 @@ from extender.predicted import PredictedLoad
 from extender.profiles import ProfileSource, Snapshot
 from policy.config import PolicyConfig
 from policy.demand import PodDemand, demand_from_pod, owner_of
-from policy.scoring import REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
+from policy.scoring import REASON_SATURATED, REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +232,8 @@ def explanation(d: Decision, policy: PolicyConfig, source: str) -> dict[str, Any
             }
             if not e.fresh[i]:
                 entry["neutral"] = REASON_STALE
+            if e.saturated[i]:
+                entry["saturated"] = REASON_SATURATED
         reason = e.reason(i, policy)
         if e.failed[i]:
             entry["filtered"] = reason
@@ -251,6 +253,7 @@ def explanation(d: Decision, policy: PolicyConfig, source: str) -> dict[str, Any
             "band": policy.band,
             "neutral_score": policy.neutral_score,
             "max_age_seconds": policy.max_age_seconds,
+            "avoid_saturation": policy.avoid_saturation,
         },
         "profiles": {
             "source": source,

@@ -8,6 +8,7 @@
     max_age_seconds: 120        # measurements older than this are not fresh
     reference_runtime_seconds: 3600   # runtime assumed when a pod does not say
     gpu_pod_utilisation: 1.0    # how busy a GPU pod keeps each GPU it asks for
+    avoid_saturation: true      # score 0 a node the pod would push past 100 % CPU while another has room
     power_cap:
       enabled: true
       headroom: 0.05            # fail a node whose power would pass cap × (1 − headroom)
@@ -30,6 +31,7 @@ POLICY_FIELDS = (
     "max_age_seconds",
     "reference_runtime_seconds",
     "gpu_pod_utilisation",
+    "avoid_saturation",
     "power_cap",
 )
 
@@ -42,6 +44,7 @@ class PolicyConfig:
     max_age_seconds: float = 120.0
     reference_runtime_seconds: float = 3600.0
     gpu_pod_utilisation: float = 1.0
+    avoid_saturation: bool = True
     power_cap_enabled: bool = True
     power_cap_headroom: float = 0.05
 
@@ -63,6 +66,7 @@ def parse_policy(doc: Any, check: Checker, path: str = "policy") -> PolicyConfig
     gpu_util = check.number(
         body, "gpu_pod_utilisation", path, default=d.gpu_pod_utilisation, exclusive_minimum=0.0, maximum=1.0
     )
+    avoid = check.boolean(body, "avoid_saturation", path, default=d.avoid_saturation)
     cap = check.mapping(body.get("power_cap"), f"{path}.power_cap")
     check.unknown_keys(cap, ("enabled", "headroom"), f"{path}.power_cap")
     cap_enabled = check.boolean(cap, "enabled", f"{path}.power_cap", default=d.power_cap_enabled)
@@ -76,6 +80,7 @@ def parse_policy(doc: Any, check: Checker, path: str = "policy") -> PolicyConfig
         max_age_seconds=max_age or d.max_age_seconds,
         reference_runtime_seconds=runtime or d.reference_runtime_seconds,
         gpu_pod_utilisation=gpu_util or d.gpu_pod_utilisation,
+        avoid_saturation=avoid if avoid is not None else d.avoid_saturation,
         power_cap_enabled=cap_enabled,
         power_cap_headroom=headroom if headroom is not None else d.power_cap_headroom,
     )

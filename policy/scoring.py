@@ -32,6 +32,7 @@ JOULES_PER_KWH = 3.6e6
 # Reasons a node is not scored on its cost; the explain output and metrics use these words.
 REASON_UNKNOWN = "no profile for this node"
 REASON_STALE = "measurements older than max_age_seconds"
+REASON_SATURATED = "CPU saturated: the pod would push the node past 100 % while another candidate has room"
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Evaluation:
     scores: np.ndarray  # int64 0..10
     failed: np.ndarray  # bool: the power cap filter fails this node
     projected_watts: np.ndarray  # power with the pod, as the cap filter sees it (NaN: no data)
+    saturated: np.ndarray  # bool: scored 0 because the pod would saturate the node's CPU
 
     def reason(self, i: int, cfg: PolicyConfig) -> str:
         if not self.known[i]:
@@ -175,6 +177,16 @@ def evaluate(
         failed = np.zeros(m, dtype=bool)
 
     eligible = fresh & ~failed & np.isfinite(cost)
+    # Energy alone would fill a node past its cores: on a saturated node the work time-shares
+    # at P(1)/c per core, which is cheaper than the steep middle of many real (non-convex)
+    # curves. The pods there would run slower, so while another candidate has room a node the
+    # pod would saturate scores 0 (it is not filtered: kube-scheduler may still need it).
+    saturated = np.zeros(m, dtype=bool)
+    if cfg.avoid_saturation and pod.cpu_cores > 0:
+        over = eligible & (u1 > 1.0 + 1e-9)
+        if over.any() and (eligible & ~over).any():
+            saturated = over
+            eligible = eligible & ~over
     scores = normalise(cost, eligible, cfg.band)
     scores[~fresh] = cfg.neutral_score
     scores[failed] = 0
@@ -196,6 +208,7 @@ def evaluate(
         scores=scores,
         failed=failed,
         projected_watts=masked(projected),
+        saturated=saturated,
     )
 
 
@@ -216,4 +229,5 @@ def _all_unknown(n: int, cfg: PolicyConfig) -> Evaluation:
         scores=np.full(n, cfg.neutral_score, dtype=np.int64),
         failed=false,
         projected_watts=nan,
+        saturated=false,
     )

@@ -142,6 +142,20 @@ def test_a_saturated_node_is_the_most_expensive_place_not_a_free_one() -> None:
     assert ev.scores.tolist()[1] == 10
 
 
+def test_a_node_the_pod_would_saturate_scores_zero_while_another_has_room() -> None:
+    # EPYC at 95 % + 8 cores -> 107.5 %: P(1)/c = 4.19 W per core of time-shared work is below
+    # this curve's 50-60 % slope (4.53 W per core), so on energy alone the busy node would win.
+    nodes = [node("busy", utilisation=0.95), node("half", utilisation=0.5)]
+    alone = run(nodes, PodDemand(8.0), PolicyConfig(avoid_saturation=False))
+    assert alone.scores.tolist() == [10, 7]
+    ev = run(nodes, PodDemand(8.0))
+    assert ev.scores.tolist() == [0, 10]
+    assert ev.saturated.tolist() == [True, False] and not ev.failed.any()
+    # every candidate saturated: scored on cost as before, none singled out
+    both = run([node("x", utilisation=0.95), node("y", utilisation=0.99)], PodDemand(8.0))
+    assert not both.saturated.any() and max(both.scores) == 10
+
+
 def test_predicted_load_moves_the_pod_to_the_next_node() -> None:
     nodes = [node("a", utilisation=0.3), node("b", utilisation=0.3)]
     pod = PodDemand(8.0)
