@@ -209,3 +209,38 @@ def test_virtual_nodes_are_scored_on_the_profile_of_their_physical_server(tmp_pa
     # NodeNames mode: the labels come from the node watch.
     app.extensions["joulesched"]["extender"].node_servers = {"vm-1": "srv-b", "vm-2": "srv-a"}
     assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["vm-1", "vm-2", "vm-3"]}) == (200, expected)
+
+
+def test_node_gauges_are_created_a_few_per_tick_and_rewritten_only_when_they_change(make_app) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from extender.metrics import NodeGaugeWriter
+
+    _, metrics = make_app()
+    names = [f"n{i}" for i in range(5)]
+
+    def decision(scores: list[int]) -> SimpleNamespace:
+        ev = SimpleNamespace(scores=np.array(scores), marginal_watts=np.array([1.5] * 5))
+        snap = SimpleNamespace(ready=False)
+        return SimpleNamespace(evaluation=ev, args=SimpleNamespace(node_names=names), snapshot=snap, at=0.0)
+
+    current = decision([10, 9, 8, 7, 6])
+    writer = NodeGaugeWriter(metrics, lambda: current)
+    writer.NEW_PER_TICK = 2
+    exported = lambda: {k: v for k, v in writer._written.items()}  # noqa: E731
+    writer.write_once()
+    assert sorted(exported()) == ["n0", "n1"]  # the budget: two new nodes per tick
+    writer.write_once()
+    writer.write_once()
+    assert sorted(exported()) == names  # the same decision is finished on the next ticks
+    text = generate_latest(metrics.registry).decode()
+    assert 'joulesched_extender_node_score{node="n4"} 6.0' in text
+    child = writer._written["n0"][0]
+    calls = []
+    child.set = lambda value: calls.append(value)  # type: ignore[method-assign]
+    current = decision([10, 9, 8, 7, 5])
+    writer.write_once()
+    assert calls == []  # n0 unchanged: not written again
+    assert 'joulesched_extender_node_score{node="n4"} 5.0' in generate_latest(metrics.registry).decode()
