@@ -163,7 +163,13 @@ WARMUP_SECONDS = 2.5  # past the extender's first per-node gauge ticks (one a se
 
 
 def drive(
-    port: int, path: str, body: bytes, requests: int, warmup: int, warmup_seconds: float = WARMUP_SECONDS
+    port: int,
+    path: str,
+    body: bytes,
+    requests: int,
+    warmup: int,
+    warmup_seconds: float = WARMUP_SECONDS,
+    window: list[float] | None = None,
 ) -> list[float]:
     """One kept-alive connection, one request at a time; returns each request's seconds.
 
@@ -186,28 +192,35 @@ def drive(
             raise RuntimeError(f"{path}: HTTP {reply.status}: {data[:200]!r}")
         done += 1
         if done > warmup and started - began >= warmup_seconds:
+            if not latencies and window is not None:
+                window.append(started)
             latencies.append(elapsed)
+    if window is not None:
+        window.append(time.perf_counter())  # perf_counter is CLOCK_MONOTONIC: comparable across processes
     conn.close()
     return latencies
 
 
-def _drive_worker(args: tuple[int, str, bytes, int, int, float]) -> list[float]:
-    return drive(*args)
+def _drive_worker(args: tuple[int, str, bytes, int, int, float]) -> tuple[list[float], float, float]:
+    """``drive`` in a client process: its latencies and the span of its measured requests."""
+    window: list[float] = []
+    latencies = drive(*args, window=window)
+    return latencies, window[0], window[1]
 
 
 def measure(
     port: int, path: str, body: bytes, requests: int, connections: int, warmup_seconds: float = WARMUP_SECONDS
 ) -> dict[str, float]:
     warmup = max(5, requests // 10)
-    started = time.perf_counter()
     if connections == 1:
         latencies = drive(port, path, body, requests, warmup, warmup_seconds)
         wall = sum(latencies)
     else:
+        # Throughput over the span in which all clients were measuring (no pool start-up, no warm-up).
         with mp.Pool(connections) as pool:
             parts = pool.map(_drive_worker, [(port, path, body, requests, warmup, warmup_seconds)] * connections)
-        wall = time.perf_counter() - started
-        latencies = [x for p in parts for x in p]
+        wall = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
+        latencies = [x for part, _, _ in parts for x in part]
     latencies.sort()
     return {
         "p50_ms": 1000 * statistics.median(latencies),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -128,6 +129,8 @@ class NodeGaugeWriter:
                     self._seen = None
                     continue
                 budget -= 1
+                if budget % 16 == 0:
+                    time.sleep(0)  # let a request thread have the GIL between small batches
                 entry = written[name] = [
                     self.metrics.node_score.labels(name),
                     self.metrics.marginal_watts.labels(name),
