@@ -146,3 +146,32 @@ def test_a_recorded_node_draws_the_measured_power() -> None:
     r = engine.run(samples)
     # 10 s at 120 W, 10 s at 150 W, then the model: 100 W + 2 busy cores × 10 W for 20 s
     assert r.energy_joules.sum() == pytest.approx(1200 + 1500 + 120 * 20)
+
+
+@pytest.mark.parametrize("policy", ["default", "energy"])
+def test_retrying_by_walking_the_queue_places_every_pod_as_retrying_them_all(policy: str) -> None:
+    """A saturated cluster with a long pending queue: the queue walk moves back only the pods the
+    freed node will take, and the replay is the same, pod for pod, as moving back every pod that
+    fits and letting all but a few fail again (kube-scheduler's queueing hints without back-off)."""
+    rng = np.random.default_rng(7)
+    cl = cluster(node_type("small", 3, cores=8), node_type("big", 2, cores=16, curve=[80 + 12 * i for i in range(11)]))
+    pods = [
+        pod(f"p{i}", float(rng.integers(20, 200)), cpu=float(rng.choice([0.5, 1, 2, 3, 4])), arrival=float(rng.integers(0, 100)),
+            priority=int(rng.choice([0, 0, 0, 10])))
+        for i in range(400)
+    ]
+    wl = workload(*pods)
+
+    def replay(walk: bool):  # type: ignore[no-untyped-def]
+        profile = Profile("default")
+        if policy == "energy":
+            profile = Profile("energy", "least", InProcessExtender("energy", _document(cl), PolicyConfig()), 5)
+        engine = Engine(cl, wl, profile, EngineOptions(seed=3))
+        engine._walk_retry = walk
+        return engine.run()
+
+    walked, full = replay(True), replay(False)
+    assert np.nanmax(full.pods.start - full.pods.created) > 100  # pods did wait: the queue was long
+    assert np.array_equal(walked.pods.node, full.pods.node)
+    assert np.array_equal(walked.pods.start, full.pods.start, equal_nan=True)
+    assert walked.energy_joules.sum() == pytest.approx(full.energy_joules.sum())
