@@ -13,9 +13,10 @@ from the extender config. The choices:
   (the Prometheus source refreshes in the background).
 * Request size: gunicorn has no body limit; the app rejects bodies over
   ``max_request_bytes`` with 413 before reading them.
-* ``gc.freeze()`` after the app is loaded in each worker: a full collection (which a request
-  with 1,000 Node objects triggers) then scans only what requests allocate, not the whole
-  import graph; it took the p99 of 100 full Nodes from 60 ms to 6 ms (docs/benchmarks.md).
+* ``gc.freeze()`` after the app is loaded in each worker, and a young-generation threshold of
+  50,000 allocations: a request with 1,000 Node objects is then not interrupted by hundreds of
+  collections that scan the whole import graph (docs/benchmarks.md: p99 of 100 full Nodes from
+  60 ms to 5 ms, of 1,000 from 115–137 ms to about 55 ms).
 * prometheus-client multiprocess mode: the directory is emptied at start and each dead
   worker's files are marked, so /metrics on any worker reports all of them.
 """
@@ -55,8 +56,12 @@ def on_starting(server: Any) -> None:
 def post_worker_init(worker: Any) -> None:
     # Everything loaded so far (Flask, numpy, the kubernetes client, the profiles) lives as long
     # as the worker: move it out of the cyclic collector's reach, so that a full collection
-    # triggered by a large request (full Node objects) scans only what requests allocate.
+    # triggered by a large request (full Node objects) scans only what requests allocate. A
+    # request allocates ~200 container objects per full Node and frees them all (no cycles on
+    # the request path): collect the young generation every 50,000 allocations, not every 700,
+    # so that decoding 1,000 Nodes is not interrupted by hundreds of collections.
     gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 def child_exit(server: Any, worker: Any) -> None:
