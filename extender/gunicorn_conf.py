@@ -16,7 +16,7 @@ from the extender config. The choices:
 * ``gc.freeze()`` after the app is loaded in each worker, and a young-generation threshold of
   50,000 allocations: a request with 1,000 Node objects is then not interrupted by hundreds of
   collections that scan the whole import graph (docs/benchmarks.md: p99 of 100 full Nodes from
-  60 ms to 5 ms, of 1,000 from 115–137 ms to about 55 ms).
+  18–22 ms to 5 ms, of 1,000 from 101–129 ms to 41–45 ms, prioritize).
 * prometheus-client multiprocess mode: the directory is emptied at start and each dead
   worker's files are marked, so /metrics on any worker reports all of them.
 """
