@@ -73,6 +73,10 @@ def create_app(
     binder = make_binder(config) if config.bind_enabled else None
     ext = Extender(source, config.policy, predicted, clock=clock, binder=binder, server_id_label=config.server_id_label)
     gauges = NodeGaugeWriter(metrics, lambda: ext.last)
+    if config.watch_pods or config.watch_nodes or config.bind_enabled:
+        from extender.kube import preload
+
+        preload()
     if background:
         gauges.start()
         if config.watch_pods:

@@ -20,6 +20,17 @@ from policy.errors import PolicyError
 log = logging.getLogger(__name__)
 
 
+def preload() -> None:
+    """Import the kubernetes client now, in the caller's thread.
+
+    The import takes a second or more of CPU. Done lazily in a watch thread, it would hold the
+    GIL while the worker's first scheduling requests wait, and under load push them past
+    kube-scheduler's httpTimeout; done at app load, the worker only accepts once it is over.
+    """
+    import kubernetes.client
+    import kubernetes.watch  # noqa: F401
+
+
 def api_client(kubeconfig: str) -> Any:
     from kubernetes import client, config
 

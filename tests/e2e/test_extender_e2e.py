@@ -49,9 +49,14 @@ def test_energy_aware_scheduler_prefers_efficient_nodes(
         node_factory(n, cpu="64", memory="128Gi", labels=sel)
     for n in ineff:
         node_factory(n, cpu="80", memory="512Gi", labels=sel)
+    # Every node already runs other work (30 %). On an idle node the first pod would pay the
+    # steep idle-to-10 % step of the curve (56.8 -> 100 W), and whether the two default-scheduled
+    # pods below count as predicted load on the inefficient nodes depends on when the extender's
+    # pod watch starts: from idle, the policy would rightly prefer an inefficient node that
+    # already left idle.
     profiles = {"sites": SITE, "nodes": (
-        [node_profile(n, EFFICIENT_CURVE, 64, site="dc") for n in eff]
-        + [node_profile(n, INEFFICIENT_CURVE, 80, site="dc") for n in ineff])}
+        [node_profile(n, EFFICIENT_CURVE, 64, site="dc", utilisation=0.3) for n in eff]
+        + [node_profile(n, INEFFICIENT_CURVE, 80, site="dc", utilisation=0.3) for n in ineff])}
     ext = extender_factory(profiles, deploy_extender_config(cp.kubeconfig))
 
     energy_name = f"joule-{tag}"
@@ -76,9 +81,12 @@ def test_energy_aware_scheduler_prefers_efficient_nodes(
         f"in-tree scores alone should prefer the inefficient nodes: {plain_nodes}")
 
     # The energy-aware scheduler: every pod on an efficient node.
-    aware = [f"aware-{i}" for i in range(6)]
+    # Four 4-core pods: each efficient node ends at 42.5 %, where its next 4 cores still cost
+    # less (11.9 W) than 4 cores on an inefficient node at 30 % (14 W). More load would
+    # rightly tip the balance: the efficient curve steepens at 50-60 %.
+    aware = [f"aware-{i}" for i in range(4)]
     for p in aware:
-        cp.create_pod(p, ns, scheduler_name=energy_name, cpu="8", memory="1Gi",
+        cp.create_pod(p, ns, scheduler_name=energy_name, cpu="4", memory="1Gi",
                       node_selector=sel)
     aware_nodes = wait_all_bound(cp, ns, aware, timeout=60)
     assert set(aware_nodes.values()) <= set(eff), (

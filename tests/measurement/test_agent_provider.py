@@ -16,7 +16,7 @@ from measurement.nadiki import parse_provider_config
 from measurement.sources.base import Roots
 from policy.errors import ConfigError
 from tests.measurement.fakes import FakeClock
-from tests.measurement.nadiki.nadiki_support import RegistrarServer
+from tests.measurement.nadiki.nadiki_support import RegistrarServer, needs_spec
 from tests.measurement.replica import PowercapTree, ProcTree
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -38,6 +38,7 @@ def test_problems_in_the_nadiki_section_are_reported_with_the_others() -> None:
     assert "nadiki.server.facility_id" in text
 
 
+@needs_spec  # the local registrar checks every request body against the spec's schemas
 def test_the_agent_registers_and_pushes_its_rapl_counters(tmp_path: Path) -> None:
     roots = Roots(sysfs=str(tmp_path / "sys"), procfs=str(tmp_path / "proc"), cgroup=str(tmp_path / "cg"))
     powercap = PowercapTree(Path(roots.sysfs))
