@@ -35,10 +35,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from measurement.documents import read_yaml
 from policy.config import PolicyConfig, parse_policy
-from policy.errors import ConfigError
 from policy.validate import Checker
 
 EXAMPLE_PROFILES = "example-nodes.yaml"  # shipped in extender/data/
@@ -195,14 +193,7 @@ def load_config(path: str | None) -> ExtenderConfig:
     if path is None:
         return ExtenderConfig()
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(str(file), [f"cannot read: {err.strerror or err}"]) from err
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(str(file), [f"not valid YAML: {err}"]) from err
+    doc = read_yaml(file)
     return parse_config(doc, str(file), base_dir=file.parent)
 
 

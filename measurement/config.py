@@ -46,9 +46,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from measurement.attribution import IDLE_POLICIES
+from measurement.documents import read_yaml
 from measurement.nadiki.config import ProviderConfig, parse_provider_config
 from measurement.sources.base import Roots
 from measurement.sources.registry import DEFAULT_ORDER, SOURCES
@@ -408,13 +407,7 @@ def load_config(path: str | None, overrides: Mapping[str, Any] | None = None) ->
     doc: Mapping[str, Any] = {}
     where = path or "command line"
     if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                loaded = yaml.safe_load(f)
-        except OSError as err:
-            raise ConfigError(path, [f"cannot read: {err.strerror or err}"]) from err
-        except yaml.YAMLError as err:
-            raise ConfigError(path, [f"not valid YAML: {err}"]) from err
+        loaded = read_yaml(path)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, Mapping):

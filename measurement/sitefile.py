@@ -60,7 +60,7 @@ import numpy as np
 import orjson
 import yaml
 
-from policy.errors import ConfigError
+from measurement.documents import read_yaml
 from policy.site import (
     OUTSIDE_POLICIES,
     CarbonIntensitySource,
@@ -320,14 +320,7 @@ class FileIntensity:
 def load_site_file(path: str | Path) -> SiteCatalogue:
     """Read and validate a site file; :class:`ConfigError` lists every problem with its path."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(str(file), [f"cannot read: {err.strerror or err}"]) from err
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(str(file), [f"not valid YAML: {err}"]) from err
+    doc = read_yaml(file)
     return parse_site_document(doc, str(file), base_dir=file.parent)
 
 

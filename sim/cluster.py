@@ -45,8 +45,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from measurement.documents import read_yaml
 from policy.demand import QuantityError, parse_quantity
 from policy.errors import ConfigError
 from policy.profile import CURVE_POINTS, linear_curve
@@ -163,14 +162,7 @@ class ClusterSpec:
 
 def load_cluster(path: str | Path) -> ClusterSpec:
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ClusterError(str(file), [f"cannot read: {err.strerror or err}"]) from err
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ClusterError(str(file), [f"not valid YAML: {err}"]) from err
+    doc = read_yaml(file, ClusterError)
     return parse_cluster(doc, str(file), base_dir=file.parent)
 
 

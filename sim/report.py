@@ -316,6 +316,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: Path, tight: bool = True) -> Path:
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_energy_carbon(out: Path, policies: Mapping[str, Mapping[str, Any]]) -> Path:
     plt = _pyplot()
     names = list(policies)
@@ -332,11 +340,7 @@ def plot_energy_carbon(out: Path, policies: Mapping[str, Mapping[str, Any]]) -> 
         ax.tick_params(axis="x", rotation=20)
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=8)
-    fig.tight_layout()
-    path = out / "energy_carbon.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "energy_carbon.png")
 
 
 def plot_cluster_power(out: Path, runs: Mapping[str, PolicyRun]) -> Path:
@@ -351,11 +355,7 @@ def plot_cluster_power(out: Path, runs: Mapping[str, PolicyRun]) -> Path:
     ax.set_ylabel("cluster IT power (kW)")
     ax.legend(loc="upper right", fontsize=8)
     ax.set_title("Cluster power over time")
-    fig.tight_layout()
-    path = out / "cluster_power.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "cluster_power.png")
 
 
 def utilisation_matrix(run: PolicyRun, bins: int = 120) -> tuple[np.ndarray, float]:
@@ -411,10 +411,7 @@ def plot_utilisation(out: Path, runs: Mapping[str, PolicyRun]) -> Path:
     axes[-1, 0].set_xlabel("hours")
     if image is not None:
         fig.colorbar(image, ax=axes[:, 0].tolist(), shrink=0.6, label="utilisation")
-    path = out / "node_utilisation.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "node_utilisation.png", tight=False)  # the colorbar spans the axes
 
 
 def plot_attribution(out: Path, att: Mapping[str, Any]) -> Path:
@@ -435,11 +432,7 @@ def plot_attribution(out: Path, att: Mapping[str, Any]) -> Path:
     ax.set_ylabel("error vs model truth (%)")
     ax.set_title("Attribution error per workflow and method (bars: seed's scrape phase; dashes: worst phase, absolute)")
     ax.legend(fontsize=7, ncol=2, loc="best")
-    fig.tight_layout()
-    path = out / "attribution_error.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "attribution_error.png")
 
 
 def plot_scrape_example(out: Path, example: Mapping[str, Any]) -> Path:
@@ -455,8 +448,4 @@ def plot_scrape_example(out: Path, example: Mapping[str, Any]) -> Path:
     ax.set_ylabel("watts (nodes it used)")
     ax.set_title(f"{example['workflow']}: what a 30 s scrape sees (sum_over_time × 30 s counts each red segment)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / "attribution_scrapes.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, out / "attribution_scrapes.png")
