@@ -28,9 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import nvml
-from measurement.sources.base import Roots
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import nvml
+from joulesched.measurement.sources.base import Roots
 
 
 def start_load(seconds: float, mode: str) -> tuple[str, threading.Thread | None, list[str]]:

@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.cluster import ClusterSpec, load_cluster  # noqa: E402
-from sim.model import Workload  # noqa: E402
-from sim.runner import POLICIES, RunOptions, comparison, run_policies  # noqa: E402
-from sim.traces.synthetic import independent_pods  # noqa: E402
+from joulesched.sim.cluster import ClusterSpec, load_cluster  # noqa: E402
+from joulesched.sim.model import Workload  # noqa: E402
+from joulesched.sim.runner import POLICIES, RunOptions, comparison, run_policies  # noqa: E402
+from joulesched.sim.traces.synthetic import independent_pods  # noqa: E402
 
 SCENARIOS = {"1000": (50, 100_000, 60.0), "5000": (250, 10_000, 30.0)}  # multiplier, pods, goal seconds
 

@@ -25,13 +25,13 @@ import numpy as np
 import orjson
 from flask import Flask, Response, request
 
-from extender import wire
-from extender.config import ExtenderConfig
-from extender.metrics import ExtenderMetrics, NodeGaugeWriter
-from extender.predicted import PredictedLoad
-from extender.profiles import FileSource, ProfileSource, PrometheusSource
-from extender.service import BindDisabled, Extender
-from policy.errors import PolicyError
+from joulesched.extender import wire
+from joulesched.extender.config import ExtenderConfig
+from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter
+from joulesched.extender.predicted import PredictedLoad
+from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
+from joulesched.extender.service import BindDisabled, Extender
+from joulesched.policy.errors import PolicyError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def make_source(config: ExtenderConfig) -> ProfileSource:
 
 
 def make_binder(config: ExtenderConfig) -> Callable[[wire.BindingArgs], None]:
-    from extender.kube import Binder
+    from joulesched.extender.kube import Binder
 
     return Binder(config.kubeconfig)
 
@@ -74,17 +74,17 @@ def create_app(
     ext = Extender(source, config.policy, predicted, clock=clock, binder=binder, server_id_label=config.server_id_label)
     gauges = NodeGaugeWriter(metrics, lambda: ext.last)
     if config.watch_pods or config.watch_nodes or config.bind_enabled:
-        from extender.kube import preload
+        from joulesched.extender.kube import preload
 
         preload()
     if background:
         gauges.start()
         if config.watch_pods:
-            from extender.kube import PodBindingWatch
+            from joulesched.extender.kube import PodBindingWatch
 
             PodBindingWatch(config.kubeconfig, predicted, clock).start()
         if config.watch_nodes:
-            from extender.kube import NodeServerWatch
+            from joulesched.extender.kube import NodeServerWatch
 
             NodeServerWatch(config.kubeconfig, config.server_id_label, ext).start()
 

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 import yaml
 
-from extender.demo import free_port, wait_ready
+from joulesched.extender.demo import free_port, wait_ready
 
 CURVES: list[list[float]] = [
     [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268],

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from policy.errors import ConfigError
+from joulesched.policy.errors import ConfigError
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -37,7 +37,7 @@ def main(argv: Sequence[str]) -> int:
     if not args.demo and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="joulesched-metrics-")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from extender.config import load_config
+    from joulesched.extender.config import load_config
 
     try:
         config = load_config(args.config).with_listen(args.listen)
@@ -46,11 +46,11 @@ def main(argv: Sequence[str]) -> int:
                 raise ConfigError("--workers", [f"must be >= 1, got {args.workers}"])
             config = replace(config, server=replace(config.server, workers=args.workers))
         if args.demo:
-            from extender.demo import run_demo
+            from joulesched.extender.demo import run_demo
 
             return run_demo(args.config)
         # Fail before forking workers: a broken profile file is an operator's error to see now.
-        from extender.app import make_source
+        from joulesched.extender.app import make_source
 
         make_source(config)
     except ConfigError as err:
@@ -64,7 +64,7 @@ def serve(config: Any) -> None:
     """Run gunicorn in this process with extender/gunicorn_conf.py and the config's overrides."""
     from gunicorn.app.base import BaseApplication
 
-    from extender import gunicorn_conf
+    from joulesched.extender import gunicorn_conf
 
     class Application(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:
@@ -79,7 +79,7 @@ def serve(config: Any) -> None:
             self.cfg.set("keepalive", max(1, round(config.server.keepalive_seconds)))
 
         def load(self) -> Any:
-            from extender.app import create_app
+            from joulesched.extender.app import create_app
 
             return create_app(config)
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from measurement.documents import read_yaml
-from policy.config import PolicyConfig, parse_policy
-from policy.validate import Checker
+from joulesched.contracts.documents import read_yaml
+from joulesched.policy.config import PolicyConfig, parse_policy
+from joulesched.policy.validate import Checker
 
 EXAMPLE_PROFILES = "example-nodes.yaml"  # shipped in extender/data/
 

@@ -111,7 +111,7 @@ def run_demo(config_path: str | None) -> int:
 
 def _profile_names(post: Any, ready: str) -> list[str]:
     """The demo scores every node of the served profiles, read from the shipped example."""
-    from extender.config import example_profiles_path
-    from extender.profiles import read_profile_file
+    from joulesched.extender.config import example_profiles_path
+    from joulesched.extender.profiles import read_profile_file
 
     return [n.name for n in read_profile_file(example_profiles_path()).nodes]

@@ -1,4 +1,4 @@
-"""gunicorn settings for the extender (``gunicorn -c python:extender.gunicorn_conf ...``).
+"""gunicorn settings for the extender (``gunicorn -c python:joulesched.extender.gunicorn_conf ...``).
 
 ``joulesched extender`` uses this module and overrides ``bind``, ``workers`` and ``threads``
 from the extender config. The choices:

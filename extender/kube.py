@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from extender.predicted import PredictedLoad
-from extender.wire import BindingArgs
-from policy.demand import demand_from_pod
-from policy.errors import PolicyError
+from joulesched.extender.predicted import PredictedLoad
+from joulesched.extender.wire import BindingArgs
+from joulesched.policy.demand import demand_from_pod
+from joulesched.policy.errors import PolicyError
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ import orjson
 import yaml
 from cachetools import TTLCache
 
-from measurement import names as m
-from policy.errors import ConfigError
-from policy.profile import GpuProfile, NodeArrays, NodeProfile, ProfileSet, Site, linear_curve
+from joulesched.contracts import names as m
+from joulesched.policy.errors import ConfigError
+from joulesched.policy.profile import GpuProfile, NodeArrays, NodeProfile, ProfileSet, Site, linear_curve
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class ProfileSource(Protocol):
 
 def read_profile_file(path: str) -> ProfileSet:
     """Parse a YAML or JSON profile document (``ConfigError`` names the file and each field)."""
-    from policy.profile import parse_profiles
+    from joulesched.policy.profile import parse_profiles
 
     file = Path(path)
     try:

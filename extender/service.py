@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from extender import wire
-from extender.predicted import PredictedLoad
-from extender.profiles import ProfileSource, Snapshot
-from policy.config import PolicyConfig
-from policy.demand import PodDemand, demand_from_pod, owner_of
-from policy.scoring import REASON_SATURATED, REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
+from joulesched.extender import wire
+from joulesched.extender.predicted import PredictedLoad
+from joulesched.extender.profiles import ProfileSource, Snapshot
+from joulesched.policy.config import PolicyConfig
+from joulesched.policy.demand import PodDemand, demand_from_pod, owner_of
+from joulesched.policy.scoring import REASON_SATURATED, REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
 
 log = logging.getLogger(__name__)
 

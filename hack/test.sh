@@ -45,11 +45,11 @@ fi
 # 4. Lint, types, tests.
 log "ruff"
 ruff check .
-log "mypy (strict on policy/)"
-mypy policy extender
+log "mypy (every package; strict on joulesched.policy)"
+mypy joulesched
 log "pytest"
 set +e
-python -m pytest --cov=policy --cov=extender --cov=measurement --cov=sim --cov-report=term:skip-covered "$@"
+python -m pytest --cov=joulesched --cov-report=term:skip-covered "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -14,12 +14,13 @@ from joulesched import __version__
 
 # subcommand -> (module, function, one-line help). Each function takes argv and returns an exit code.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "extender": ("extender.cli", "main", "serve the scheduler extender (filter, prioritize, bind, explain)"),
-    "agent": ("measurement.cli", "agent_main", "run the node measurement agent"),
-    "measure": ("measurement.cli", "measure_main", "run a command and print the energy it used"),
-    "sim": ("sim.cli", "main", "replay workloads on a modelled cluster and compare policies"),
-    "report": ("measurement.report", "main", "environmental impact of a namespace, selector or workflow run"),
-    "bench": ("extender.bench", "main", "benchmark the extender against a constant-score floor"),
+    "extender": ("joulesched.extender.cli", "main", "serve the scheduler extender (filter, prioritize, bind, explain)"),
+    "agent": ("joulesched.measurement.cli", "agent_main", "run the node measurement agent"),
+    "measure": ("joulesched.measurement.cli", "measure_main", "run a command and print the energy it used"),
+    "sim": ("joulesched.sim.cli", "main", "replay workloads on a modelled cluster and compare policies"),
+    "report": ("joulesched.impact.report", "main", "environmental impact of a namespace, selector or workflow run"),
+    "rules": ("joulesched.impact.rules", "main", "write the Prometheus recording rules and the Grafana dashboard"),
+    "bench": ("joulesched.extender.bench", "main", "benchmark the extender against a constant-score floor"),
 }
 
 

@@ -10,6 +10,6 @@ Error hierarchy::
     └── SourceFailed            it is there but a read failed; the message says what to do
 """
 
-from measurement.errors import MeasurementError, SourceAbsent, SourceFailed
+from joulesched.measurement.errors import MeasurementError, SourceAbsent, SourceFailed
 
 __all__ = ["MeasurementError", "SourceAbsent", "SourceFailed"]

@@ -16,19 +16,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from measurement.config import AgentConfig, is_loopback, parse_listen
-from measurement.errors import MeasurementError
-from measurement.exporters.prometheus import SiteFactors, make_registry
-from measurement.exporters.record import RecordingWriter
-from measurement.nadiki import CounterSample, Provider, counter_samples
-from measurement.sampler import Sampler
-from measurement.server import AgentServer
-from measurement.snapshot import Snapshot
-from measurement.sources.cgroup_cpu import CgroupCpu
-from measurement.sources.kube_pods import PodDirectory, open_directory
-from measurement.sources.procfs_stat import ProcStat
-from measurement.sources.registry import OpenedSources, open_sources
-from policy.errors import ConfigError
+from joulesched.measurement.config import AgentConfig, is_loopback, parse_listen
+from joulesched.measurement.errors import MeasurementError
+from joulesched.measurement.exporters.prometheus import SiteFactors, make_registry
+from joulesched.measurement.exporters.record import RecordingWriter
+from joulesched.measurement.nadiki import CounterSample, Provider, counter_samples
+from joulesched.measurement.sampler import Sampler
+from joulesched.measurement.server import AgentServer
+from joulesched.measurement.snapshot import Snapshot
+from joulesched.measurement.sources.cgroup_cpu import CgroupCpu
+from joulesched.measurement.sources.kube_pods import PodDirectory, open_directory
+from joulesched.measurement.sources.procfs_stat import ProcStat
+from joulesched.measurement.sources.registry import OpenedSources, open_sources
+from joulesched.policy.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
         log.info("NADIKI provider mode: registrar %s", config.nadiki.registrar_url)
     site = None
     if config.site_file:
-        from measurement.sitefile import load_site_file
+        from joulesched.contracts.sitefile import load_site_file
 
         catalogue = load_site_file(config.site_file)  # ConfigError names the file and field
         if config.node.site and config.node.site not in catalogue.sites:

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from measurement.config import MAX_INTERVAL, MIN_INTERVAL, AgentConfig, load_config
-from measurement.errors import MeasurementError
-from measurement.sources.registry import Outcome, open_sources
-from policy.errors import ConfigError
+from joulesched.measurement.config import MAX_INTERVAL, MIN_INTERVAL, AgentConfig, load_config
+from joulesched.measurement.errors import MeasurementError
+from joulesched.measurement.sources.registry import Outcome, open_sources
+from joulesched.policy.errors import ConfigError
 
 log = logging.getLogger("joulesched.agent")
 
@@ -110,7 +110,7 @@ def agent_main(argv: Sequence[str]) -> int:
     if config is None:
         return 2
 
-    from measurement.agent import build_agent, build_server
+    from joulesched.measurement.agent import build_agent, build_server
 
     try:
         agent = build_agent(config)
@@ -205,8 +205,8 @@ def measure_main(argv: Sequence[str]) -> int:
     if config is None:
         return 2
 
-    from measurement.meter import EnergyMeter
-    from measurement.sampler import window_energy
+    from joulesched.measurement.meter import EnergyMeter
+    from joulesched.measurement.sampler import window_energy
 
     opened = open_sources(config.sources.order, config.sources.options, config.roots)
     meter = EnergyMeter(

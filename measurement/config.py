@@ -46,13 +46,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from measurement.attribution import IDLE_POLICIES
-from measurement.documents import read_yaml
-from measurement.nadiki.config import ProviderConfig, parse_provider_config
-from measurement.sources.base import Roots
-from measurement.sources.registry import DEFAULT_ORDER, SOURCES
-from policy.errors import ConfigError
-from policy.validate import Checker
+from joulesched.contracts.documents import read_yaml
+from joulesched.measurement.nadiki.config import ProviderConfig, parse_provider_config
+from joulesched.measurement.sources.base import Roots
+from joulesched.measurement.sources.registry import DEFAULT_ORDER, SOURCES
+from joulesched.policy.attribution import IDLE_POLICIES
+from joulesched.policy.errors import ConfigError
+from joulesched.policy.validate import Checker
 
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 60.0

@@ -25,10 +25,10 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from measurement.energy import Layout, ZoneInfo, ZoneKey, counter_delta, plan_layout, to_nanojoules, trapezoid
-from measurement.errors import MeasurementError
-from measurement.snapshot import READ_SECONDS_BUCKETS, SourceSnapshot
-from measurement.sources.base import Reading, Source, Zone
+from joulesched.measurement.errors import MeasurementError
+from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, SourceSnapshot
+from joulesched.measurement.sources.base import Reading, Source, Zone
+from joulesched.policy.energy import Layout, ZoneInfo, ZoneKey, counter_delta, plan_layout, to_nanojoules, trapezoid
 
 log = logging.getLogger(__name__)
 

@@ -23,16 +23,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from measurement.attribution import PodUsage, attribute
-from measurement.config import AgentConfig
-from measurement.energy import NANO, NODE_DOMAINS, ZoneKey, split_node
-from measurement.meter import EnergyMeter, MeterRead
-from measurement.model import RollingFit
-from measurement.snapshot import GpuSummary, Interval, ModelSnapshot, PodSnapshot, Snapshot, ZoneSnapshot
-from measurement.sources.base import Source
-from measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
-from measurement.sources.kube_pods import NoDirectory, PodDirectory
-from measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
+from joulesched.measurement.config import AgentConfig
+from joulesched.measurement.meter import EnergyMeter, MeterRead
+from joulesched.measurement.model import RollingFit
+from joulesched.measurement.snapshot import GpuSummary, Interval, ModelSnapshot, PodSnapshot, Snapshot, ZoneSnapshot
+from joulesched.measurement.sources.base import Source
+from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
+from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory
+from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
+from joulesched.policy.attribution import PodUsage, attribute
+from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneKey, split_node
 
 log = logging.getLogger(__name__)
 

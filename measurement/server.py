@@ -28,9 +28,9 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from measurement.exporters.profile import model_status, profile_document
-from measurement.sampler import Sampler, UnknownWindow
-from measurement.snapshot import Snapshot
+from joulesched.measurement.exporters.profile import model_status, profile_document
+from joulesched.measurement.sampler import Sampler, UnknownWindow
+from joulesched.measurement.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

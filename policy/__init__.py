@@ -11,6 +11,6 @@ Error hierarchy::
                                 ``.problems`` lists every problem with its dotted path
 """
 
-from policy.errors import ConfigError, PolicyError
+from joulesched.policy.errors import ConfigError, PolicyError
 
 __all__ = ["ConfigError", "PolicyError"]

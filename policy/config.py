@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policy.validate import Checker
+from joulesched.policy.validate import Checker
 
 STRATEGIES = ("energy", "carbon")
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1: MaxExtenderPriority

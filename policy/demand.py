@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from policy.errors import PolicyError
+from joulesched.policy.errors import PolicyError
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_MILLI_CPU_REQUEST = 100  # k8s.io/kubernetes/pkg/scheduler/util: DefaultMilliCPURequest

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from policy.validate import Checker
+from joulesched.policy.validate import Checker
 
 CURVE_POINTS = 11  # 0 %, 10 %, ..., 100 %
 

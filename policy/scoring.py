@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policy.config import MAX_SCORE, PolicyConfig
-from policy.demand import PodDemand
-from policy.profile import CURVE_POINTS, NodeArrays
+from joulesched.policy.config import MAX_SCORE, PolicyConfig
+from joulesched.policy.demand import PodDemand
+from joulesched.policy.profile import CURVE_POINTS, NodeArrays
 
 JOULES_PER_KWH = 3.6e6
 

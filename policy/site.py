@@ -3,7 +3,7 @@ and the embodied emissions of the servers that stand in it.
 
 One model for the extender (carbon intensity now), the agent (the site gauges it exports) and
 the simulator (intensity over simulated time). Reading site files and CSV series is
-``measurement/sitefile.py``'s job; everything here is a function of its arguments.
+``contracts/sitefile.py``'s job; everything here is a function of its arguments.
 
 Carbon intensity (gCO2e/kWh) comes from a :class:`CarbonIntensitySource`: a tiny interface
 (``name``, ``at(t)``, ``integral(a, b)``) with three mechanisms here —
@@ -39,8 +39,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from policy.errors import PolicyError
-from policy.profile import Site
+from joulesched.policy.errors import PolicyError
+from joulesched.policy.profile import Site
 
 FloatArray = npt.NDArray[np.float64]
 

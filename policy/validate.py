@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from policy.errors import ConfigError
+from joulesched.policy.errors import ConfigError
 
 _MISSING = object()
 

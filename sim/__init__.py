@@ -15,6 +15,6 @@ Error hierarchy::
     └── ExtenderCallError       a running extender failed or answered nonsense over HTTP
 """
 
-from sim.errors import ClusterError, ExtenderCallError, SimError, TraceError
+from joulesched.sim.errors import ClusterError, ExtenderCallError, SimError, TraceError
 
 __all__ = ["ClusterError", "ExtenderCallError", "SimError", "TraceError"]

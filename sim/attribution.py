@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.engine import SimResult
+from joulesched.sim.engine import SimResult
 
 INTERVALS = (15.0, 30.0)
 PHASES = 12

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import ClusterError
+from joulesched.sim.errors import ClusterError
 
 HOUR = 3600.0
 MISSING_POLICIES = ("interpolate", "previous", "error")

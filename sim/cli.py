@@ -24,13 +24,20 @@ from typing import Any
 
 import yaml
 
-from policy.config import PolicyConfig, parse_policy
-from policy.errors import ConfigError, PolicyError
-from policy.validate import Checker
-from sim.cluster import ClusterSpec, load_cluster
-from sim.errors import SimError
-from sim.model import Trace, Workload, repeat
-from sim.runner import DEFAULT_EXTENDER_WEIGHT, POLICIES, VARIANTS, RunOptions, check_policies, write_profiles
+from joulesched.policy.config import PolicyConfig, parse_policy
+from joulesched.policy.errors import ConfigError, PolicyError
+from joulesched.policy.validate import Checker
+from joulesched.sim.cluster import ClusterSpec, load_cluster
+from joulesched.sim.errors import SimError
+from joulesched.sim.model import Trace, Workload, repeat
+from joulesched.sim.runner import (
+    DEFAULT_EXTENDER_WEIGHT,
+    POLICIES,
+    VARIANTS,
+    RunOptions,
+    check_policies,
+    write_profiles,
+)
 
 
 def _split_map(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -197,7 +204,7 @@ def load_policy(path: str | None) -> PolicyConfig:
 
 
 def read_traces(paths: Sequence[str]) -> list[Trace]:
-    from sim.traces import read_trace
+    from joulesched.sim.traces import read_trace
 
     return [read_trace(p) for p in paths]
 
@@ -208,7 +215,7 @@ def main(argv: Sequence[str]) -> int:
         if args.command == "run":
             return cmd_run(args)
         if args.command == "demo":
-            from sim.demo import run_demo
+            from joulesched.sim.demo import run_demo
 
             return run_demo(
                 Path(args.out),
@@ -231,7 +238,7 @@ def main(argv: Sequence[str]) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.scheduler == "kube":
         return cmd_run_kube(args)
-    from sim.execute import execute
+    from joulesched.sim.execute import execute
 
     policies = check_policies([p.strip() for p in (args.policies or ",".join(POLICIES)).split(",") if p.strip()])
     if not 0 <= args.percentage_of_nodes_to_score <= 100:
@@ -283,7 +290,7 @@ KUBE_UNUSED = (
 
 def kube_profile(policies: str | None, profile: str | None) -> str:
     """The profile the real scheduler uses: ``--scheduler-profile``, else ``--policies`` (one of two)."""
-    from sim.kubereplay import PROFILES
+    from joulesched.sim.kubereplay import PROFILES
 
     named = [p.strip() for p in (policies or "").split(",") if p.strip()]
     wrong = [p for p in named if p not in PROFILES]
@@ -303,7 +310,7 @@ def cmd_run_kube(args: argparse.Namespace) -> int:
     """``--scheduler kube``: replay on a real kube-scheduler and report how often the model agrees."""
     import orjson
 
-    from sim.kubereplay import KubeOptions, placements_csv, replay, summary_table
+    from joulesched.sim.kubereplay import KubeOptions, placements_csv, replay, summary_table
 
     for attr, flag in KUBE_UNUSED:
         if getattr(args, attr):
@@ -321,7 +328,7 @@ def cmd_run_kube(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster)
     traces = read_traces(args.trace)
     workload = Workload.of([copy for t in traces for copy in repeat(t, args.repeat, args.every)])
-    from sim.progress import Progress
+    from joulesched.sim.progress import Progress
 
     bar = Progress()
     try:
@@ -359,13 +366,13 @@ def _first_arrival_zero(traces: Sequence[Trace]) -> list[Trace]:
 
 
 def _samples(paths: Sequence[str], cluster: ClusterSpec) -> list[tuple[float, int, float]]:
-    from sim.recording import read_recordings, replay_samples
+    from joulesched.sim.recording import read_recordings, replay_samples
 
     return replay_samples(read_recordings(paths), [n.name for n in cluster.nodes()])
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from sim.traces.synthetic import (
+    from joulesched.sim.traces.synthetic import (
         PUBLISHED_SHAPES,
         WorkflowShape,
         independent_pods,

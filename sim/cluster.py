@@ -45,13 +45,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from measurement.documents import read_yaml
-from policy.demand import QuantityError, parse_quantity
-from policy.errors import ConfigError
-from policy.profile import CURVE_POINTS, linear_curve
-from policy.validate import Checker
-from sim.carbon import HOUR, MISSING_POLICIES, CarbonSeries, parse_start, read_hourly_csv
-from sim.errors import ClusterError
+from joulesched.contracts.documents import read_yaml
+from joulesched.policy.demand import QuantityError, parse_quantity
+from joulesched.policy.errors import ConfigError
+from joulesched.policy.profile import CURVE_POINTS, linear_curve
+from joulesched.policy.validate import Checker
+from joulesched.sim.carbon import HOUR, MISSING_POLICIES, CarbonSeries, parse_start, read_hourly_csv
+from joulesched.sim.errors import ClusterError
 
 DEFAULT_START = "2022-06-01T00:00:00Z"
 DEFAULT_MAX_PODS = 110  # kubelet's default maxPods

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cluster import load_cluster
-from sim.model import Trace, Workload
-from sim.runner import POLICIES, VARIANTS, RunOptions
-from sim.traces import read_wfformat
-from sim.traces.synthetic import PUBLISHED_SHAPES, workflow_shape
+from joulesched.sim.cluster import load_cluster
+from joulesched.sim.model import Trace, Workload
+from joulesched.sim.runner import POLICIES, VARIANTS, RunOptions
+from joulesched.sim.traces import read_wfformat
+from joulesched.sim.traces.synthetic import PUBLISHED_SHAPES, workflow_shape
 
 DATA = Path(__file__).with_name("data")
 EXAMPLE_CLUSTER = DATA / "clusters" / "example.yaml"
@@ -58,7 +58,7 @@ def run_demo(
     extender_urls: Mapping[str, str] | None = None,
     extender_profiles: Mapping[str, str] | None = None,
 ) -> int:
-    from sim.execute import execute
+    from joulesched.sim.execute import execute
 
     cluster = load_cluster(EXAMPLE_CLUSTER)
     workload = demo_workload(seed)

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from sim import kube
-from sim.cluster import ClusterSpec, Node, profile_document
-from sim.extender import ClusterView, Extender, PodRequest
-from sim.model import PodSpec, Workload
+from joulesched.sim import kube
+from joulesched.sim.cluster import ClusterSpec, Node, profile_document
+from joulesched.sim.extender import ClusterView, Extender, PodRequest
+from joulesched.sim.model import PodSpec, Workload
 
 JOULES_PER_KWH = 3.6e6
 

@@ -12,12 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sim import report
-from sim.attribution import INTERVALS, METHODS, PHASES
-from sim.cluster import ClusterSpec
-from sim.model import Workload
-from sim.progress import Progress
-from sim.runner import PolicyRun, RunOptions, attribution_runs, comparison, run_policies, targets
+from joulesched.sim import report
+from joulesched.sim.attribution import INTERVALS, METHODS, PHASES
+from joulesched.sim.cluster import ClusterSpec
+from joulesched.sim.model import Workload
+from joulesched.sim.progress import Progress
+from joulesched.sim.runner import PolicyRun, RunOptions, attribution_runs, comparison, run_policies, targets
 
 FORMAT = "joulesched-sim-results"
 VERSION = 1
@@ -118,7 +118,7 @@ def execute(
     inputs: Sequence[str] = (),
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from sim.cli import describe_extender, policy_config_dict
+    from joulesched.sim.cli import describe_extender, policy_config_dict
 
     out.mkdir(parents=True, exist_ok=True)
     progress = Progress()

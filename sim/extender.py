@@ -36,11 +36,11 @@ import numpy as np
 import orjson
 import yaml
 
-from policy.config import PolicyConfig
-from policy.demand import GPU_RESOURCE, PodDemand
-from policy.profile import NodeArrays, parse_profiles
-from policy.scoring import evaluate
-from sim.errors import ExtenderCallError
+from joulesched.policy.config import PolicyConfig
+from joulesched.policy.demand import GPU_RESOURCE, PodDemand
+from joulesched.policy.profile import NodeArrays, parse_profiles
+from joulesched.policy.scoring import evaluate
+from joulesched.sim.errors import ExtenderCallError
 
 _DNS_LABEL = re.compile(r"[^a-z0-9.-]+")
 

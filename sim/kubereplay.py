@@ -51,10 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from sim import kube
-from sim.cluster import ZONE_LABEL, ClusterSpec
-from sim.errors import SimError
-from sim.model import PodSpec, Workload
+from joulesched.sim import kube
+from joulesched.sim.cluster import ZONE_LABEL, ClusterSpec
+from joulesched.sim.errors import SimError
+from joulesched.sim.model import PodSpec, Workload
 
 PROFILES = ("default", "most-allocated")
 SIM_LABEL = "joulesched.io/sim-run"

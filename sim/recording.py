@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from sim.errors import TraceError
+from joulesched.sim.errors import TraceError
 
 
 def _lines(path: str) -> Iterable[tuple[int, Any]]:

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from sim.attribution import METHODS
-from sim.runner import PolicyRun
+from joulesched.sim.attribution import METHODS
+from joulesched.sim.runner import PolicyRun
 
 POLICY_COLOURS = {
     "default": "#7f7f7f",

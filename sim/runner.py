@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from policy.config import PolicyConfig
-from sim.attribution import Attribution, phases_for, scrape_example
-from sim.cluster import ClusterSpec, profile_document
-from sim.engine import Engine, EngineOptions, Profile, SimResult
-from sim.errors import SimError
-from sim.extender import Extender, HttpExtender, InProcessExtender, SpawnedExtender
-from sim.model import Workload
+from joulesched.policy.config import PolicyConfig
+from joulesched.sim.attribution import Attribution, phases_for, scrape_example
+from joulesched.sim.cluster import ClusterSpec, profile_document
+from joulesched.sim.engine import Engine, EngineOptions, Profile, SimResult
+from joulesched.sim.errors import SimError
+from joulesched.sim.extender import Extender, HttpExtender, InProcessExtender, SpawnedExtender
+from joulesched.sim.model import Workload
 
 POLICIES = ("default", "most-allocated", "energy", "carbon")
 # The joulesched extender in a profile that bin-packs (NodeResourcesFit MostAllocated).

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from measurement.snapshot import Snapshot
-from policy.profile import GpuProfile, NodeProfile, ProfileSet, Site, linear_curve
+from joulesched.measurement.snapshot import Snapshot
+from joulesched.policy.profile import GpuProfile, NodeProfile, ProfileSet, Site, linear_curve
 
 
 def profile_document(snap: Snapshot) -> dict[str, Any] | None:

@@ -21,9 +21,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from measurement import names as n
-from measurement.snapshot import READ_SECONDS_BUCKETS, Snapshot
-from policy.site import IntensityUnavailable, SiteCatalogue
+from joulesched.contracts import names as n
+from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, Snapshot
+from joulesched.policy.site import IntensityUnavailable, SiteCatalogue
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from measurement.energy import NODE_DOMAINS
-from measurement.snapshot import Snapshot
+from joulesched.measurement.snapshot import Snapshot
+from joulesched.policy.energy import NODE_DOMAINS
 
 FORMAT = "joulesched-recording"
 VERSION = 1

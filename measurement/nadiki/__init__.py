@@ -23,11 +23,11 @@ own configuration does)::
                                   whether the lines are kept)
 """
 
-from measurement.nadiki.config import ProviderConfig, parse_provider_config
-from measurement.nadiki.errors import NadikiError, PushFailed, RegistrationFailed
-from measurement.nadiki.model import Registration, ServerDescription, TimeSeriesConfig
-from measurement.nadiki.provider import NODE_LABEL, Provider, counter_samples, samples_from_snapshots
-from measurement.nadiki.pusher import CounterSample, Pusher
+from joulesched.measurement.nadiki.config import ProviderConfig, parse_provider_config
+from joulesched.measurement.nadiki.errors import NadikiError, PushFailed, RegistrationFailed
+from joulesched.measurement.nadiki.model import Registration, ServerDescription, TimeSeriesConfig
+from joulesched.measurement.nadiki.provider import NODE_LABEL, Provider, counter_samples, samples_from_snapshots
+from joulesched.measurement.nadiki.pusher import CounterSample, Pusher
 
 __all__ = [
     "NODE_LABEL",

@@ -41,9 +41,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from measurement.nadiki.lineprotocol import PRECISIONS
-from measurement.nadiki.model import COOLING_TYPES, STORAGE_TYPES, Processor, ServerDescription, StorageDevice
-from policy.validate import Checker
+from joulesched.measurement.nadiki.lineprotocol import PRECISIONS
+from joulesched.measurement.nadiki.model import (
+    COOLING_TYPES,
+    STORAGE_TYPES,
+    Processor,
+    ServerDescription,
+    StorageDevice,
+)
+from joulesched.policy.validate import Checker
 
 DEFAULT_STATE_FILE = "/var/lib/joulesched/nadiki-server.json"
 DEFAULT_FIELDS: Mapping[str, tuple[str, ...]] = {

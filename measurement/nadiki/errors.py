@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from measurement.errors import MeasurementError
+from joulesched.measurement.errors import MeasurementError
 
 
 class NadikiError(MeasurementError):

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from measurement.nadiki.model import Processor, ServerDescription, StorageDevice
-from measurement.sources.base import Roots
+from joulesched.measurement.nadiki.model import Processor, ServerDescription, StorageDevice
+from joulesched.measurement.sources.base import Roots
 
 CPU_VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
 ARM_IMPLEMENTERS = {

@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from measurement.nadiki.config import ProviderConfig
-from measurement.nadiki.errors import RegistrationFailed
-from measurement.nadiki.inventory import complete, discover
-from measurement.nadiki.model import Registration, ServerDescription, TimeSeriesConfig
-from measurement.nadiki.pusher import CounterSample, Pusher
-from measurement.nadiki.registrar import RegistrarClient, ensure_registration
-from measurement.sources.base import Roots
+from joulesched.measurement.nadiki.config import ProviderConfig
+from joulesched.measurement.nadiki.errors import RegistrationFailed
+from joulesched.measurement.nadiki.inventory import complete, discover
+from joulesched.measurement.nadiki.model import Registration, ServerDescription, TimeSeriesConfig
+from joulesched.measurement.nadiki.pusher import CounterSample, Pusher
+from joulesched.measurement.nadiki.registrar import RegistrarClient, ensure_registration
+from joulesched.measurement.sources.base import Roots
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from measurement.nadiki.errors import PushFailed
-from measurement.nadiki.lineprotocol import PRECISIONS, Point, to_timestamp
-from measurement.nadiki.model import DataPoint, TimeSeriesConfig
+from joulesched.measurement.nadiki.errors import PushFailed
+from joulesched.measurement.nadiki.lineprotocol import PRECISIONS, Point, to_timestamp
+from joulesched.measurement.nadiki.model import DataPoint, TimeSeriesConfig
 
 log = logging.getLogger(__name__)
 

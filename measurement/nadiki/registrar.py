@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from measurement.nadiki.errors import RegistrationFailed
-from measurement.nadiki.model import Registration, ServerDescription, parse_registration
+from joulesched.measurement.nadiki.errors import RegistrationFailed
+from joulesched.measurement.nadiki.model import Registration, ServerDescription, parse_registration
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources.base import Reading, ReadingKind, Roots
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 
 NAME = "ipmi_dcmi"
 

@@ -31,9 +31,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources.base import Reading, ReadingKind, Roots
-from measurement.sources.ipmi_dcmi import IpmiRunner, IpmiTarget, parse_target
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
+from joulesched.measurement.sources.ipmi_dcmi import IpmiRunner, IpmiTarget, parse_target
 
 NAME = "ipmi_sdr"
 

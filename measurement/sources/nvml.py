@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources.base import Reading, ReadingKind, Roots
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 
 NAME = "nvml"
 OPTIONS = frozenset({"clock", "devices"})

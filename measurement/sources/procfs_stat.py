@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
 
 try:
     USER_HZ = float(os.sysconf("SC_CLK_TCK"))

@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources.base import Reading, ReadingKind, Roots
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 
 NAME = "rapl_msr"
 

@@ -40,8 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources.base import Reading, ReadingKind, Roots
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 
 NAME = "rapl_sysfs"
 _ENTRY = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+)(?::(\d+))?$")

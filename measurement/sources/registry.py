@@ -17,18 +17,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources.base import Roots, Source
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.base import Roots, Source
 
 log = logging.getLogger(__name__)
 
 SOURCES: dict[str, str] = {
-    "rapl_sysfs": "measurement.sources.rapl_sysfs",
-    "rapl_msr": "measurement.sources.rapl_msr",
-    "ipmi_dcmi": "measurement.sources.ipmi_dcmi",
-    "ipmi_sdr": "measurement.sources.ipmi_sdr",
-    "redfish": "measurement.sources.redfish",
-    "nvml": "measurement.sources.nvml",
+    "rapl_sysfs": "joulesched.measurement.sources.rapl_sysfs",
+    "rapl_msr": "joulesched.measurement.sources.rapl_msr",
+    "ipmi_dcmi": "joulesched.measurement.sources.ipmi_dcmi",
+    "ipmi_sdr": "joulesched.measurement.sources.ipmi_sdr",
+    "redfish": "joulesched.measurement.sources.redfish",
+    "nvml": "joulesched.measurement.sources.nvml",
 }
 # rapl_msr is opt-in (it needs CAP_SYS_RAWIO), so it is not in the default order.
 DEFAULT_ORDER: tuple[str, ...] = ("rapl_sysfs", "ipmi_dcmi", "ipmi_sdr", "redfish", "nvml")

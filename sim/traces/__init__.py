@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.errors import TraceError
-from sim.model import Trace
-from sim.traces.nextflow import read_nextflow_trace
-from sim.traces.pods_csv import read_openb_nodes, read_openb_pods, read_pod_csv
-from sim.traces.wfformat import read_wfformat
+from joulesched.sim.errors import TraceError
+from joulesched.sim.model import Trace
+from joulesched.sim.traces.nextflow import read_nextflow_trace
+from joulesched.sim.traces.pods_csv import read_openb_nodes, read_openb_pods, read_pod_csv
+from joulesched.sim.traces.wfformat import read_wfformat
 
 __all__ = ["read_nextflow_trace", "read_openb_nodes", "read_openb_pods", "read_pod_csv", "read_trace", "read_wfformat"]
 

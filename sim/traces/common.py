@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from policy.demand import QuantityError, parse_quantity
-from sim.errors import TraceError
+from joulesched.policy.demand import QuantityError, parse_quantity
+from joulesched.sim.errors import TraceError
 
 MIB = 1024.0**2
 

@@ -23,10 +23,10 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sim.errors import TraceError
-from sim.model import PodSpec, Trace
-from sim.traces.common import Fields, round_up_mib
-from sim.traces.wfformat import MIN_TASK_SECONDS, cpu_request_from_avg
+from joulesched.sim.errors import TraceError
+from joulesched.sim.model import PodSpec, Trace
+from joulesched.sim.traces.common import Fields, round_up_mib
+from joulesched.sim.traces.wfformat import MIN_TASK_SECONDS, cpu_request_from_avg
 
 SKIPPED_STATUSES = {"CACHED", "ABORTED"}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|d|h|m|s)")

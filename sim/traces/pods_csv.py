@@ -28,9 +28,9 @@ import csv
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sim.errors import TraceError
-from sim.model import DEFAULT_NAMESPACE, PodSpec, Trace, topological_order
-from sim.traces.common import MIB, Fields
+from joulesched.sim.errors import TraceError
+from joulesched.sim.model import DEFAULT_NAMESPACE, PodSpec, Trace, topological_order
+from joulesched.sim.traces.common import MIB, Fields
 
 POD_CSV_COLUMNS = (
     "name",

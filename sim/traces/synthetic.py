@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from sim.model import PodSpec, Trace
-from sim.traces.common import MIB
-from sim.traces.pods_csv import POD_CSV_COLUMNS
+from joulesched.sim.model import PodSpec, Trace
+from joulesched.sim.traces.common import MIB
+from joulesched.sim.traces.pods_csv import POD_CSV_COLUMNS
 
 GIB = 1024.0**3
 

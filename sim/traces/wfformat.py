@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 
-from sim.errors import TraceError
-from sim.model import PodSpec, Trace, topological_order
-from sim.traces.common import Fields, round_up_mib
+from joulesched.sim.errors import TraceError
+from joulesched.sim.model import PodSpec, Trace, topological_order
+from joulesched.sim.traces.common import Fields, round_up_mib
 
 MIN_TASK_SECONDS = 1.0
 CPU_TOLERANCE = 0.1  # avgCPU up to 110 % of a core still asks for one core

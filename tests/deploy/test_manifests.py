@@ -95,7 +95,7 @@ def test_scheduler_config_wires_the_extender_as_documented() -> None:
 
 
 def test_extender_config_in_deploy_is_valid() -> None:
-    from extender.config import parse_config
+    from joulesched.extender.config import parse_config
 
     doc = yaml.safe_load((DEPLOY / "extender" / "config.yaml").read_text())
     config = parse_config(doc, "deploy/extender/config.yaml")

@@ -32,7 +32,7 @@ from e2e_extender import (
     node_profile,
 )
 
-from extender.config import parse_config
+from joulesched.extender.config import parse_config
 
 DEPLOY = REPO_ROOT / "deploy"
 NAMESPACE = "joulesched"
@@ -50,8 +50,6 @@ NOT_KUBERNETES_OBJECTS = {
     "agent/prometheus/scrape-config.yaml": "Prometheus configuration fragment",
     # promtool's unit tests of rules.yaml (`promtool test rules`).
     "prometheus/rules_test.yaml": "promtool rule unit tests",
-    # Writes rules.yaml, operator/prometheusrule.yaml and dashboard.json.
-    "prometheus/generate.py": "generator script",
 }
 
 # The two Prometheus Operator kinds deploy/ uses, as minimal CRDs: any spec is kept, but a

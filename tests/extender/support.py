@@ -11,9 +11,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client import CollectorRegistry
 
-from extender.app import create_app
-from extender.config import ExtenderConfig, parse_config
-from extender.metrics import ExtenderMetrics
+from joulesched.extender.app import create_app
+from joulesched.extender.config import ExtenderConfig, parse_config
+from joulesched.extender.metrics import ExtenderMetrics
 
 CURVE = [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
 XEON = [127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619]

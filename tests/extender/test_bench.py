@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from extender import bench
+from joulesched.extender import bench
 
 
 @pytest.mark.slow

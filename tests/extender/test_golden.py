@@ -21,8 +21,8 @@ import pytest
 import yaml
 from flask import Flask
 
-from extender import wire
-from extender.metrics import ExtenderMetrics
+from joulesched.extender import wire
+from joulesched.extender.metrics import ExtenderMetrics
 from tests.extender.support import CURVE, XEON
 
 TESTDATA = Path(__file__).resolve().parents[1] / "e2e" / "testdata"

@@ -11,11 +11,11 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.app import create_app
-from extender.config import parse_config
-from extender.metrics import ExtenderMetrics
-from extender.profiles import PrometheusSource, profile_queries
-from measurement import names as m
+from joulesched.contracts import names as m
+from joulesched.extender.app import create_app
+from joulesched.extender.config import parse_config
+from joulesched.extender.metrics import ExtenderMetrics
+from joulesched.extender.profiles import PrometheusSource, profile_queries
 from tests.extender.support import make_pod
 from tests.prometheus_server import ExpositionServer, PrometheusServer, prometheus_scraping
 

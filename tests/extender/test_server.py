@@ -15,7 +15,7 @@ import orjson
 import pytest
 import yaml
 
-from extender.demo import free_port, wait_ready
+from joulesched.extender.demo import free_port, wait_ready
 from tests.extender.support import PROFILES, make_pod
 
 

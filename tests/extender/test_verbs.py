@@ -184,9 +184,9 @@ def test_virtual_nodes_are_scored_on_the_profile_of_their_physical_server(tmp_pa
     import yaml
     from prometheus_client import CollectorRegistry
 
-    from extender.app import create_app
-    from extender.config import parse_config
-    from extender.metrics import ExtenderMetrics
+    from joulesched.extender.app import create_app
+    from joulesched.extender.config import parse_config
+    from joulesched.extender.metrics import ExtenderMetrics
     from tests.extender.support import CURVE
 
     path = tmp_path / "hosts.yaml"
@@ -216,7 +216,7 @@ def test_node_gauges_are_created_a_few_per_tick_and_rewritten_only_when_they_cha
 
     import numpy as np
 
-    from extender.metrics import NodeGaugeWriter
+    from joulesched.extender.metrics import NodeGaugeWriter
 
     _, metrics = make_app()
     names = [f"n{i}" for i in range(5)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from measurement import names as n
+from joulesched.contracts import names as n
 
 T0 = 1654041600.0  # 2022-06-01T00:00:00Z, a multiple of the 2 h block range
 HOUR = 3600.0

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from deploy.prometheus import generate
-from measurement import names as n
+from joulesched.contracts import names as n
+from joulesched.impact import rules
 
-DIR = Path(generate.__file__).resolve().parent
+DIR = rules.REPOSITORY_OUTPUT
 DASHBOARD: dict[str, Any] = json.loads((DIR / "dashboard.json").read_text())
 RULE_NAMES = {r["record"] for g in yaml.safe_load((DIR / "rules.yaml").read_text())["groups"] for r in g["rules"]}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -71,10 +70,10 @@ def test_every_panel_reads_metrics_or_rules_that_exist() -> None:
 def test_the_panels_the_issue_asks_for() -> None:
     text = json.dumps(DASHBOARD)
     for needle in (
-        generate.POWER_RULE,  # cluster power
-        generate.record_name("namespace", "it_energy_joules"),  # per-namespace energy
-        generate.record_name("namespace", "operational_emissions_grams"),  # and CO2e
-        generate.record_name("namespace", "embodied_emissions_grams"),
+        rules.POWER_RULE,  # cluster power
+        rules.record_name("namespace", "it_energy_joules"),  # per-namespace energy
+        rules.record_name("namespace", "operational_emissions_grams"),  # and CO2e
+        rules.record_name("namespace", "embodied_emissions_grams"),
         n.EXT_NODE_SCORE.name,  # node scores
         n.EXT_REQUESTS.name,  # the extender's decisions
         n.EXT_FAILURES.name,  # and failures
@@ -86,4 +85,4 @@ def test_panels_over_the_minute_rules_never_step_below_a_minute() -> None:
     """sum_over_time(rule[$__interval]) over one sample a minute is empty below 1m."""
     for panel in DASHBOARD["panels"]:
         if any("$__interval" in t.get("expr", "") for t in panel.get("targets", [])):
-            assert panel.get("interval") == generate.WINDOW, panel["title"]
+            assert panel.get("interval") == rules.WINDOW, panel["title"]

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from policy import impact
-from policy.site import IntensitySeries, ServerEmbodied, interval_means
+from joulesched.policy import impact
+from joulesched.policy.site import IntensitySeries, ServerEmbodied, interval_means
 
 H = 3600.0
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from joulesched import cli
-from measurement import report
-from measurement.report import Fetched, ReportError, Scope
+from joulesched.impact import report
+from joulesched.impact.report import Fetched, ReportError, Scope
 
 T0 = 1654041600.0
 NAN = np.nan

@@ -21,14 +21,13 @@ from typing import Any
 
 import pytest
 
-from deploy.prometheus import generate
-from measurement import report
+from joulesched.impact import report, rules
 from tests.impact.cluster import HOUR, T0, cluster
 from tests.prometheus_server import PrometheusServer, require
 
 pytestmark = pytest.mark.prometheus
 
-RULES = Path(generate.__file__).with_name("rules.yaml")
+RULES = rules.REPOSITORY_OUTPUT / "rules.yaml"
 START, END = T0 + 600, T0 + 5400  # 00:10 .. 01:30, across the 01:00 change of grid intensity
 
 
@@ -108,7 +107,7 @@ def recorded(
     server: PrometheusServer, level: str, indicator: str
 ) -> dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]:
     """Every raw sample the backfilled rule recorded, by label set."""
-    name = generate.record_name(level, indicator)
+    name = rules.record_name(level, indicator)
     out = {}
     for series in server.query(f"{name}[3h]", at=T0 + 2 * HOUR):
         labels = tuple(sorted((k, v) for k, v in series["metric"].items() if k != "__name__"))
@@ -200,7 +199,7 @@ def test_nothing_in_scope_is_an_error_naming_the_scope(
 
 
 def test_every_dashboard_expression_is_valid_promql(prom: PrometheusServer) -> None:
-    for panel in generate.dashboard()["panels"]:
+    for panel in rules.dashboard()["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"].replace("$__interval", "1m").replace("$__range", "1h").replace("$namespace", ".*")
             prom.query(expr, at=T0 + HOUR)  # a parse error is an HTTP 400, raised here

@@ -5,16 +5,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from deploy.prometheus import generate
-from measurement import names as n
+from joulesched.contracts import names as n
+from joulesched.impact import rules
 from tests.prometheus_server import require
 
-DIR = Path(generate.__file__).resolve().parent
+DIR = rules.REPOSITORY_OUTPUT
 RULES = DIR / "rules.yaml"
 KSM_METRICS = {"kube_pod_owner", "kube_pod_labels", "kube_replicaset_owner"}  # kube-state-metrics
 PROMQL_WORDS = {
@@ -38,7 +37,7 @@ def series_read(expr: str) -> set[str]:
 
 
 def test_generated_files_are_up_to_date() -> None:
-    assert generate.main(["--check"]) == 0, "run: python deploy/prometheus/generate.py"
+    assert rules.main(["--check"]) == 0, "run: joulesched rules"
 
 
 def test_promtool_accepts_the_rules() -> None:
@@ -69,7 +68,7 @@ def test_rule_names_follow_level_metric_operations_and_read_only_known_metrics()
             assert re.fullmatch(r"[a-z_]+:joulesched_[a-z_]+:[a-z0-9_]+", rule["record"]), rule["record"]
             words = series_read(rule["expr"])
             for word in words:
-                assert word in known, f"{rule['record']} reads {word}, which measurement/names.py does not define"
+                assert word in known, f"{rule['record']} reads {word}, which contracts/names.py does not define"
             assert ":" not in "".join(words), (
                 f"{rule['record']} reads another rule (backfilling needs them independent)"
             )
@@ -101,9 +100,9 @@ def test_the_kustomization_renders_the_rules_and_dashboard_configmaps() -> None:
     done = subprocess.run([kubectl, "kustomize", str(DIR)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     objects = {doc["metadata"]["name"]: doc for doc in yaml.safe_load_all(done.stdout)}
-    rules = objects["joulesched-prometheus-rules"]
-    assert rules["kind"] == "ConfigMap" and rules["metadata"]["namespace"] == "joulesched"
-    assert rules["data"]["joulesched-impact.rules.yaml"] == RULES.read_text()
+    configmap = objects["joulesched-prometheus-rules"]
+    assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["namespace"] == "joulesched"
+    assert configmap["data"]["joulesched-impact.rules.yaml"] == RULES.read_text()
     dashboard = objects["joulesched-grafana-dashboard"]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["data"]["joulesched.json"] == (DIR / "dashboard.json").read_text()

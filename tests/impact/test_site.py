@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy.profile import Site
-from policy.site import (
+from joulesched.policy.profile import Site
+from joulesched.policy.site import (
     HOURS_PER_YEAR,
     CarbonIntensitySource,
     ConstantIntensity,

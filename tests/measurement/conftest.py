@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from measurement.sources.base import Roots
+from joulesched.measurement.sources.base import Roots
 from tests.measurement.fakes import FakeClock
 from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from measurement.errors import SourceFailed
-from measurement.sources.base import Reading, ReadingKind
+from joulesched.measurement.errors import SourceFailed
+from joulesched.measurement.sources.base import Reading, ReadingKind
 
 
 @dataclass

@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from measurement.config import AgentConfig, ModelConfig, is_loopback, load_config, parse_agent_config, parse_listen
-from policy.errors import ConfigError
+from joulesched.measurement.config import (
+    AgentConfig,
+    ModelConfig,
+    is_loopback,
+    load_config,
+    parse_agent_config,
+    parse_listen,
+)
+from joulesched.policy.errors import ConfigError
 
 
 def test_defaults_are_valid() -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from measurement.agent import build_agent
-from measurement.config import AgentConfig, KubernetesConfig, SourcesConfig, load_config, parse_agent_config
-from measurement.nadiki import parse_provider_config
-from measurement.sources.base import Roots
-from policy.errors import ConfigError
+from joulesched.measurement.agent import build_agent
+from joulesched.measurement.config import AgentConfig, KubernetesConfig, SourcesConfig, load_config, parse_agent_config
+from joulesched.measurement.nadiki import parse_provider_config
+from joulesched.measurement.sources.base import Roots
+from joulesched.policy.errors import ConfigError
 from tests.measurement.fakes import FakeClock
 from tests.measurement.nadiki.nadiki_support import RegistrarServer, needs_spec
 from tests.measurement.replica import PowercapTree, ProcTree

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from measurement.agent import Agent, build_agent, build_server
-from measurement.config import AgentConfig, KubernetesConfig, ModelConfig, ServerConfig, SourcesConfig
-from measurement.exporters.prometheus import make_registry
-from measurement.server import AgentServer, _Handler
-from measurement.sources.base import Roots
-from policy.profile import parse_profiles
+from joulesched.measurement.agent import Agent, build_agent, build_server
+from joulesched.measurement.config import AgentConfig, KubernetesConfig, ModelConfig, ServerConfig, SourcesConfig
+from joulesched.measurement.exporters.prometheus import make_registry
+from joulesched.measurement.server import AgentServer, _Handler
+from joulesched.measurement.sources.base import Roots
+from joulesched.policy.profile import parse_profiles
 from tests.measurement.fakes import FakeClock
 from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from measurement.agent import build_agent
-from measurement.config import AgentConfig, KubernetesConfig, NodeConfig, SourcesConfig, parse_agent_config
-from measurement.exporters.prometheus import make_registry
-from measurement.sources.base import Roots
-from policy.errors import ConfigError
+from joulesched.measurement.agent import build_agent
+from joulesched.measurement.config import AgentConfig, KubernetesConfig, NodeConfig, SourcesConfig, parse_agent_config
+from joulesched.measurement.exporters.prometheus import make_registry
+from joulesched.measurement.sources.base import Roots
+from joulesched.policy.errors import ConfigError
 from tests.measurement.fakes import FakeClock
 from tests.measurement.replica import PowercapTree, ProcTree
 

@@ -6,9 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources.cgroup_cpu import CgroupCpu, shares_to_millicores, weight_to_shares
-from measurement.sources.procfs_stat import ProcStat, parse_proc_stat, pod_uid_from_cgroup_text, pod_uid_of_pid
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, shares_to_millicores, weight_to_shares
+from joulesched.measurement.sources.procfs_stat import (
+    ProcStat,
+    parse_proc_stat,
+    pod_uid_from_cgroup_text,
+    pod_uid_of_pid,
+)
 from tests.measurement.replica import CgroupTree, ProcTree
 
 UID_G = "0f6b1d7e-3c2a-4b59-9e4e-0a8d7c6b5a41"

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from measurement.config import load_config
+from joulesched.measurement.config import load_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "agent"
 K8S_VERSION = "1.32.0"

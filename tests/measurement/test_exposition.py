@@ -18,9 +18,16 @@ from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from measurement import docgen, names
-from measurement.exporters.prometheus import families, make_registry
-from measurement.snapshot import GpuSummary, ModelSnapshot, PodSnapshot, Snapshot, SourceSnapshot, ZoneSnapshot
+from joulesched.contracts import docgen, names
+from joulesched.measurement.exporters.prometheus import families, make_registry
+from joulesched.measurement.snapshot import (
+    GpuSummary,
+    ModelSnapshot,
+    PodSnapshot,
+    Snapshot,
+    SourceSnapshot,
+    ZoneSnapshot,
+)
 
 GOLDEN = Path(__file__).parent / "golden" / "agent_metrics.prom"
 
@@ -160,7 +167,7 @@ def test_no_snapshot_yet_exposes_nothing() -> None:
 
 
 def test_metric_docs_are_generated_from_names() -> None:
-    assert docgen.main(["--check"]) == 0, "docs/metrics.md is stale: run python -m measurement.docgen"
+    assert docgen.main(["--check"]) == 0, "docs/metrics.md is stale: run python -m joulesched.contracts.docgen"
     text = docgen.DOC.read_text()
     for metric in names.METRICS:
         assert f"`{metric.name}`" in text

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from measurement.sources.kube_pods import InClusterDirectory, NoDirectory, open_directory, owner_of, pods_from_list
+from joulesched.measurement.sources.kube_pods import (
+    InClusterDirectory,
+    NoDirectory,
+    open_directory,
+    owner_of,
+    pods_from_list,
+)
 
 POD_LIST = {
     "kind": "PodList",

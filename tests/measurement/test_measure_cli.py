@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from joulesched.cli import main as joulesched_main
-from measurement.cli import measure_main
+from joulesched.measurement.cli import measure_main
 from tests.measurement.replica import PowercapTree, ProcTree
 
 PROGRAM = """
@@ -118,7 +118,7 @@ def test_measure_needs_a_command(tree: Path) -> None:
 def test_agent_refuses_a_bad_config_with_every_problem(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "agent.yaml"
     config.write_text("attribution: {idle_policy: even}\nserver: {listen: nowhere}\n")
-    from measurement.cli import agent_main
+    from joulesched.measurement.cli import agent_main
 
     assert agent_main(["--config", str(config)]) == 2
     err = capfd.readouterr().err
@@ -172,7 +172,7 @@ def test_agent_process_serves_and_stops_on_sigterm(tree: Path) -> None:
         _, err = agent.communicate(timeout=20)
     assert agent.returncode == 0, err.decode()
     assert b"energy sources: rapl_sysfs: open (2 zones)" in err
-    from measurement.exporters.record import load_recording
+    from joulesched.measurement.exporters.record import load_recording
 
     recording = load_recording(str(record))
     assert recording.header["node"] == "node-a"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import rapl_msr as m
-from measurement.sources.base import Roots
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import rapl_msr as m
+from joulesched.measurement.sources.base import Roots
 from tests.measurement.replica import MsrEmulator, ProcTree, write_msr
 
 ESU_14 = 0xA0E03  # a typical Intel 0x606: power 1/8 W, energy 1/2^14 J (bits 12:8 = 0x0E), time 1/2^10 s

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import rapl_sysfs
-from measurement.sources.base import Roots, Source, Zone
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import rapl_sysfs
+from joulesched.measurement.sources.base import Roots, Source, Zone
 from tests.measurement.replica import PowercapTree
 
 

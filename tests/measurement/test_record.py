@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from measurement.config import AgentConfig, SourcesConfig
-from measurement.exporters.record import FORMAT, RecordingWriter, load_recording, read_lines
-from measurement.sampler import Sampler
-from measurement.sources.base import Roots
-from measurement.sources.cgroup_cpu import CgroupCpu
-from measurement.sources.procfs_stat import ProcStat
-from measurement.sources.registry import open_sources
+from joulesched.measurement.config import AgentConfig, SourcesConfig
+from joulesched.measurement.exporters.record import FORMAT, RecordingWriter, load_recording, read_lines
+from joulesched.measurement.sampler import Sampler
+from joulesched.measurement.sources.base import Roots
+from joulesched.measurement.sources.cgroup_cpu import CgroupCpu
+from joulesched.measurement.sources.procfs_stat import ProcStat
+from joulesched.measurement.sources.registry import open_sources
 from tests.measurement.fakes import FakeClock
 from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 

@@ -7,9 +7,9 @@ import types
 
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import registry
-from measurement.sources.base import Roots
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import registry
+from joulesched.measurement.sources.base import Roots
 from tests.measurement.replica import PowercapTree
 
 
@@ -22,12 +22,12 @@ def fake_module(monkeypatch: pytest.MonkeyPatch, name: str, factory: object) -> 
 
 def test_the_names_other_modules_implement_are_registered() -> None:
     assert registry.SOURCES == {
-        "rapl_sysfs": "measurement.sources.rapl_sysfs",
-        "rapl_msr": "measurement.sources.rapl_msr",
-        "ipmi_dcmi": "measurement.sources.ipmi_dcmi",
-        "ipmi_sdr": "measurement.sources.ipmi_sdr",
-        "redfish": "measurement.sources.redfish",
-        "nvml": "measurement.sources.nvml",
+        "rapl_sysfs": "joulesched.measurement.sources.rapl_sysfs",
+        "rapl_msr": "joulesched.measurement.sources.rapl_msr",
+        "ipmi_dcmi": "joulesched.measurement.sources.ipmi_dcmi",
+        "ipmi_sdr": "joulesched.measurement.sources.ipmi_sdr",
+        "redfish": "joulesched.measurement.sources.redfish",
+        "nvml": "joulesched.measurement.sources.nvml",
     }
 
 
@@ -106,7 +106,7 @@ def test_options_and_clock_are_passed(monkeypatch: pytest.MonkeyPatch, roots: Ro
 
 
 def test_a_module_that_cannot_be_imported_is_a_failure(monkeypatch: pytest.MonkeyPatch, roots: Roots) -> None:
-    monkeypatch.setitem(registry.SOURCES, "nvml", "measurement.sources.no_such_module")
+    monkeypatch.setitem(registry.SOURCES, "nvml", "joulesched.measurement.sources.no_such_module")
     opened = registry.open_sources(("nvml",), {}, roots)
     assert opened.outcomes[0].status == "failed"
     assert "cannot be imported" in opened.outcomes[0].message

@@ -9,15 +9,15 @@ from dataclasses import replace
 
 import pytest
 
-from measurement.config import AgentConfig, AttributionConfig, CrossCheckConfig, ModelConfig, SourcesConfig
-from measurement.exporters.profile import profile_document
-from measurement.sampler import Sampler, UnknownWindow
-from measurement.snapshot import Snapshot
-from measurement.sources.base import Roots, Source
-from measurement.sources.cgroup_cpu import CgroupCpu
-from measurement.sources.procfs_stat import ProcStat
-from measurement.sources.registry import open_sources
-from policy.profile import parse_profiles
+from joulesched.measurement.config import AgentConfig, AttributionConfig, CrossCheckConfig, ModelConfig, SourcesConfig
+from joulesched.measurement.exporters.profile import profile_document
+from joulesched.measurement.sampler import Sampler, UnknownWindow
+from joulesched.measurement.snapshot import Snapshot
+from joulesched.measurement.sources.base import Roots, Source
+from joulesched.measurement.sources.cgroup_cpu import CgroupCpu
+from joulesched.measurement.sources.procfs_stat import ProcStat
+from joulesched.measurement.sources.registry import open_sources
+from joulesched.policy.profile import parse_profiles
 from tests.measurement.fakes import FakeClock, FakeSource, gpus, ipmi
 from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 

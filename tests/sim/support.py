@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cluster import ClusterSpec, parse_cluster
-from sim.model import PodSpec, Trace, Workload
+from joulesched.sim.cluster import ClusterSpec, parse_cluster
+from joulesched.sim.model import PodSpec, Trace, Workload
 
 LINEAR = [100.0 + 10.0 * i for i in range(11)]  # 100 W idle, +10 W per 10 % (10 cores: 10 W per busy core)
 

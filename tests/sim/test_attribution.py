@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.attribution import Attribution, NodeTrack, phases_for, prometheus_increase
-from sim.engine import Engine, EngineOptions, Profile
-from sim.runner import attribution_runs
+from joulesched.sim.attribution import Attribution, NodeTrack, phases_for, prometheus_increase
+from joulesched.sim.engine import Engine, EngineOptions, Profile
+from joulesched.sim.runner import attribution_runs
 from tests.sim.support import cluster, node_type, pod, workload
 
 # One node, 100 W idle + 10 W per busy core. A keeps 2 cores busy from 0 to 100 s, B 3 cores

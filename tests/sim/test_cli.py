@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from joulesched.cli import main as joulesched
-from policy.profile import parse_profiles
-from sim.progress import Progress
-from sim.recording import read_recordings, replay_samples
+from joulesched.policy.profile import parse_profiles
+from joulesched.sim.progress import Progress
+from joulesched.sim.recording import read_recordings, replay_samples
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -81,7 +81,7 @@ def test_an_agent_recording_replays_its_measured_energy() -> None:
 
 
 def test_a_recording_of_an_unknown_node_is_named() -> None:
-    from sim.errors import TraceError
+    from joulesched.sim.errors import TraceError
 
     with pytest.raises(TraceError, match="lin-000"):
         replay_samples(read_recordings([FIXTURES / "agent-recording-lin-000.jsonl"]), ["other-000"])

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from policy.profile import parse_profiles
-from sim.carbon import read_hourly_csv
-from sim.cluster import load_cluster, parse_cluster, profile_document
-from sim.errors import ClusterError
+from joulesched.policy.profile import parse_profiles
+from joulesched.sim.carbon import read_hourly_csv
+from joulesched.sim.cluster import load_cluster, parse_cluster, profile_document
+from joulesched.sim.errors import ClusterError
 
 DATA = Path(__file__).parents[2] / "sim" / "data"
 CURVE = [100.0 + 10.0 * i for i in range(11)]

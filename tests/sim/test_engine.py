@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policy.config import PolicyConfig
-from sim.engine import Engine, EngineOptions, Profile
-from sim.extender import InProcessExtender
-from sim.model import PodSpec
+from joulesched.policy.config import PolicyConfig
+from joulesched.sim.engine import Engine, EngineOptions, Profile
+from joulesched.sim.extender import InProcessExtender
+from joulesched.sim.model import PodSpec
 from tests.sim.support import cluster, node_type, pod, workload
 
 JOULES_PER_KWH = 3.6e6
@@ -133,7 +133,7 @@ def test_on_a_large_cluster_the_extender_sees_only_the_nodes_kube_scheduler_foun
 
 
 def _document(cl):  # type: ignore[no-untyped-def]
-    from sim.cluster import profile_document
+    from joulesched.sim.cluster import profile_document
 
     nodes = cl.nodes()
     return profile_document(cl, nodes, [0.0] * len(nodes), [0.0] * len(nodes), {"a": 0.0})

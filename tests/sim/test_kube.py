@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim import kube
+from joulesched.sim import kube
 
 
 def arr(*values: int) -> np.ndarray:

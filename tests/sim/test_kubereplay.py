@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from joulesched.cli import main as joulesched
-from sim.cluster import load_cluster
-from sim.engine import Engine, EngineOptions, Profile
-from sim.kubereplay import (
+from joulesched.sim.cluster import load_cluster
+from joulesched.sim.engine import Engine, EngineOptions, Profile
+from joulesched.sim.kubereplay import (
     SIM_LABEL,
     ClusterState,
     KubeOptions,
@@ -253,7 +253,7 @@ def test_options_that_do_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_model_mode_keeps_every_policy_by_default(tmp_path: Path) -> None:
-    from sim.cli import parse_args
+    from joulesched.sim.cli import parse_args
 
     args = parse_args(["run", "--trace", str(PODS), "--cluster", str(CLUSTER), "--out", str(tmp_path)])
     assert args.scheduler == "model" and args.policies is None

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.errors import ExtenderCallError, SimError
-from sim.extender import ClusterView, HttpExtender, PodRequest, pod_json
-from sim.runner import POLICIES, RunOptions, check_policies, comparison, run_policies, targets
+from joulesched.sim.errors import ExtenderCallError, SimError
+from joulesched.sim.extender import ClusterView, HttpExtender, PodRequest, pod_json
+from joulesched.sim.runner import POLICIES, RunOptions, check_policies, comparison, run_policies, targets
 from tests.sim.support import cluster, node_type, pod, workload
 
 EFFICIENT = [50.0 + 5.0 * i for i in range(11)]  # 5 W per 10 % of 10 cores
@@ -77,7 +77,7 @@ def test_unknown_policy_is_named() -> None:
 
 
 def test_http_extender_places_every_pod_like_the_in_process_policy(tmp_path: Path) -> None:
-    pytest.importorskip("extender.app", reason="the extender is not in this tree yet")
+    pytest.importorskip("joulesched.extender.app", reason="the extender is not in this tree yet")
     cl, wl = two_sites(), mixed_pods()
     local = run_policies(cl, wl, RunOptions(policies=("energy", "carbon"), seed=3))
     remote = run_policies(

@@ -8,12 +8,25 @@ from typing import Any
 
 import pytest
 
-from sim.errors import TraceError
-from sim.model import Workload, topological_order
-from sim.traces import read_nextflow_trace, read_openb_nodes, read_openb_pods, read_pod_csv, read_trace, read_wfformat
-from sim.traces.nextflow import parse_duration, parse_memory
-from sim.traces.synthetic import PUBLISHED_SHAPES, independent_pods, workflow_shape, write_pod_csv, write_wfformat
-from sim.traces.wfformat import cpu_request_from_avg
+from joulesched.sim.errors import TraceError
+from joulesched.sim.model import Workload, topological_order
+from joulesched.sim.traces import (
+    read_nextflow_trace,
+    read_openb_nodes,
+    read_openb_pods,
+    read_pod_csv,
+    read_trace,
+    read_wfformat,
+)
+from joulesched.sim.traces.nextflow import parse_duration, parse_memory
+from joulesched.sim.traces.synthetic import (
+    PUBLISHED_SHAPES,
+    independent_pods,
+    workflow_shape,
+    write_pod_csv,
+    write_wfformat,
+)
+from joulesched.sim.traces.wfformat import cpu_request_from_avg
 
 FIXTURES = Path(__file__).with_name("fixtures")
 SHIPPED = Path(__file__).parents[2] / "sim" / "data" / "workflows"
@@ -83,7 +96,7 @@ def test_core_count_is_the_request_when_the_trace_has_it() -> None:
 
 
 def read_wfformat_from(doc: Any) -> Any:
-    from sim.traces.wfformat import parse_wfformat
+    from joulesched.sim.traces.wfformat import parse_wfformat
 
     return parse_wfformat(doc, "inline.json")
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from measurement.nadiki.lineprotocol import Point, to_timestamp
+from joulesched.measurement.nadiki.lineprotocol import Point, to_timestamp
 from tests.measurement.nadiki.nadiki_support import parse_line
 
 TAGS = {"facility_id": "FACILITY-NLD-001", "rack_id": "RACK-001", "server_id": "SERVER-1", "country_code": "NLD"}

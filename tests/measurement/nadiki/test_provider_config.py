@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from measurement.nadiki import counter_samples, parse_provider_config
-from measurement.nadiki.config import DEFAULT_FIELDS
-from measurement.nadiki.inventory import discover
-from measurement.snapshot import ZoneSnapshot
-from measurement.sources.base import Roots
-from policy.errors import ConfigError
+from joulesched.measurement.nadiki import counter_samples, parse_provider_config
+from joulesched.measurement.nadiki.config import DEFAULT_FIELDS
+from joulesched.measurement.nadiki.inventory import discover
+from joulesched.measurement.snapshot import ZoneSnapshot
+from joulesched.measurement.sources.base import Roots
+from joulesched.policy.errors import ConfigError
 
 
 def test_the_smallest_config_takes_every_default() -> None:
@@ -107,9 +107,9 @@ def test_snapshot_totals_per_source_never_count_a_part_on_top_of_its_whole() -> 
 def test_the_shipped_provider_example_is_valid() -> None:
     import yaml
 
-    from measurement.sources.ipmi_dcmi import TARGET_OPTIONS
-    from measurement.sources.nvml import OPTIONS as NVML_OPTIONS
-    from measurement.sources.redfish import OPTIONS as REDFISH_OPTIONS
+    from joulesched.measurement.sources.ipmi_dcmi import TARGET_OPTIONS
+    from joulesched.measurement.sources.nvml import OPTIONS as NVML_OPTIONS
+    from joulesched.measurement.sources.redfish import OPTIONS as REDFISH_OPTIONS
 
     example = yaml.safe_load(
         (Path(__file__).resolve().parents[3] / "deploy" / "provider" / "provider.yaml").read_text()

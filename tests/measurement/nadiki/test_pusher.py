@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from measurement.nadiki.model import DataPoint, TimeSeriesConfig
-from measurement.nadiki.pusher import CounterSample, Pusher, WindowAccumulator
+from joulesched.measurement.nadiki.model import DataPoint, TimeSeriesConfig
+from joulesched.measurement.nadiki.pusher import CounterSample, Pusher, WindowAccumulator
 from tests.measurement.nadiki.nadiki_support import RegistrarServer
 
 T0 = 1_767_268_805.0  # 2026-01-01 12:00:05 UTC: 5 s into a 30 s window

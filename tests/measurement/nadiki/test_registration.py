@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from measurement.nadiki import CounterSample, Provider, RegistrationFailed, parse_provider_config
-from measurement.nadiki.model import Processor, ServerDescription, StorageDevice, parse_registration
-from measurement.sources.base import Roots
+from joulesched.measurement.nadiki import CounterSample, Provider, RegistrationFailed, parse_provider_config
+from joulesched.measurement.nadiki.model import Processor, ServerDescription, StorageDevice, parse_registration
+from joulesched.measurement.sources.base import Roots
 from tests.measurement.nadiki.nadiki_support import (
     Registrar,
     RegistrarServer,

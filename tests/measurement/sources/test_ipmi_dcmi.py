@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import ipmi_dcmi
-from measurement.sources.base import Roots, Source, Zone
-from measurement.sources.ipmi_dcmi import (
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import ipmi_dcmi
+from joulesched.measurement.sources.base import Roots, Source, Zone
+from joulesched.measurement.sources.ipmi_dcmi import (
     DcmiPowerReading,
     parse_freeipmi_power_statistics,
     parse_ipmitool_power_reading,

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import ipmi_sdr
-from measurement.sources.base import Roots, Source
-from measurement.sources.ipmi_sdr import (
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import ipmi_sdr
+from joulesched.measurement.sources.base import Roots, Source
+from joulesched.measurement.sources.ipmi_sdr import (
     SensorReading,
     choose_sensors,
     parse_freeipmi_sensors,

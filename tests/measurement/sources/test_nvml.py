@@ -14,9 +14,9 @@ from types import ModuleType
 import pynvml as real_pynvml
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import nvml
-from measurement.sources.base import Roots, Source, Zone
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import nvml
+from joulesched.measurement.sources.base import Roots, Source, Zone
 from tests.measurement.sources.fake_pynvml import FUNCTIONS, FakeGpu, gpu_fixtures, load_gpu, make_module
 
 
@@ -206,7 +206,7 @@ def test_gpu_check_script_reads_a_stand_in_gpu(
 
 
 def test_the_registry_opens_it_by_name_with_the_samplers_clock(host: Callable[..., ModuleType]) -> None:
-    from measurement.sources.registry import open_one
+    from joulesched.measurement.sources.registry import open_one
 
     host(load_gpu("tesla-t4"))
     source = open_one("nvml", {}, Roots(), clock=lambda: 9.0)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from measurement.errors import SourceAbsent, SourceFailed
-from measurement.sources import redfish
-from measurement.sources.base import Reading, Roots, Source, Zone
-from measurement.sources.redfish import JOULES_PER_KWH, whole_power_control
+from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources import redfish
+from joulesched.measurement.sources.base import Reading, Roots, Source, Zone
+from joulesched.measurement.sources.redfish import JOULES_PER_KWH, whole_power_control
 from tests.measurement.sources.redfish_support import (
     REDFISH_FIXTURES,
     MockupServer,
@@ -262,7 +262,7 @@ def test_sushy_emulator_over_tls_with_basic_auth(tmp_path: Path) -> None:
 
 
 def test_the_registry_opens_it_by_name_with_the_samplers_clock() -> None:
-    from measurement.sources.registry import open_one
+    from joulesched.measurement.sources.registry import open_one
 
     with MockupServer(REDFISH_FIXTURES / "lenovo-thinksystem-sr650-v2-xcc") as server:
         source = open_one("redfish", {"url": server.url}, Roots(), clock=lambda: 7.0)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from policy.config import PolicyConfig, parse_policy
-from policy.demand import DEFAULT_MILLI_CPU_REQUEST, RUNTIME_ANNOTATION, demand_from_pod, owner_of, parse_quantity
-from policy.errors import ConfigError, PolicyError
-from policy.profile import ProfileSet, parse_profiles
-from policy.validate import Checker
+from joulesched.policy.config import PolicyConfig, parse_policy
+from joulesched.policy.demand import (
+    DEFAULT_MILLI_CPU_REQUEST,
+    RUNTIME_ANNOTATION,
+    demand_from_pod,
+    owner_of,
+    parse_quantity,
+)
+from joulesched.policy.errors import ConfigError, PolicyError
+from joulesched.policy.profile import ProfileSet, parse_profiles
+from joulesched.policy.validate import Checker
 
 CURVE = [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
 

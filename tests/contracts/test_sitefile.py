@@ -11,9 +11,22 @@ import orjson
 import pytest
 import yaml
 
-from measurement.sitefile import FileIntensity, SeriesFileError, load_site_file, parse_site_document, read_intensity_csv
-from policy.errors import ConfigError
-from policy.site import ConstantIntensity, IntensitySeries, IntensityUnavailable, Location, ServerEmbodied, WithFallback
+from joulesched.contracts.sitefile import (
+    FileIntensity,
+    SeriesFileError,
+    load_site_file,
+    parse_site_document,
+    read_intensity_csv,
+)
+from joulesched.policy.errors import ConfigError
+from joulesched.policy.site import (
+    ConstantIntensity,
+    IntensitySeries,
+    IntensityUnavailable,
+    Location,
+    ServerEmbodied,
+    WithFallback,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CISO = ROOT / "sim" / "data" / "carbon" / "eia_2022_CISO_hourly.csv"  # the project's copy (US EIA via dc-rl, MIT)

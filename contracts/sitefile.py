@@ -60,8 +60,8 @@ import numpy as np
 import orjson
 import yaml
 
-from measurement.documents import read_yaml
-from policy.site import (
+from joulesched.contracts.documents import read_yaml
+from joulesched.policy.site import (
     OUTSIDE_POLICIES,
     CarbonIntensitySource,
     ConstantIntensity,
@@ -73,7 +73,7 @@ from policy.site import (
     SiteModel,
     WithFallback,
 )
-from policy.validate import Checker
+from joulesched.policy.validate import Checker
 
 MISSING_POLICIES = ("interpolate", "previous", "error")
 TOP_FIELDS = ("sites", "servers", "description")

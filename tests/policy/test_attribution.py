@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from measurement.attribution import Attribution, PodUsage, attribute
-from measurement.energy import NodeSplit
+from joulesched.policy.attribution import Attribution, PodUsage, attribute
+from joulesched.policy.energy import NodeSplit
 
 
 def split(cpu: float = 0.0, dram: float = 0.0, other: float = 0.0, gpus: dict[str, float] | None = None) -> NodeSplit:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import NamedTuple
 
-from measurement.energy import NodeSplit
+from joulesched.policy.energy import NodeSplit
 
 IDLE_POLICIES = ("requests", "bucket")
 BUCKETS = ("idle", "system")

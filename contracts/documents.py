@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from policy.errors import ConfigError
+from joulesched.policy.errors import ConfigError
 
 
 def read_yaml(path: str | Path, error: type[Exception] = ConfigError) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from measurement.energy import ZoneInfo, counter_delta, plan_layout, split_node, to_nanojoules, trapezoid
+from joulesched.policy.energy import ZoneInfo, counter_delta, plan_layout, split_node, to_nanojoules, trapezoid
 
 MAX = 262143.328850  # J, a typical Intel package range
 CEILING = 10_000.0  # W

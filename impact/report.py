@@ -47,9 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from measurement import names as n
-from policy import impact
-from policy.impact import Totals
+from joulesched.contracts import names as n
+from joulesched.policy import impact
+from joulesched.policy.impact import Totals
 
 MAX_POINTS = 10_000  # Prometheus refuses more than 11,000 points per series in one range query
 BY_CHOICES = ("pod", "namespace", "owner", "run", "process", "node")
