@@ -28,7 +28,7 @@ from flask import Flask, Response, request
 from joulesched.extender import wire
 from joulesched.extender.config import ExtenderConfig
 from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter
-from joulesched.extender.predicted import PredictedLoad
+from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
 from joulesched.extender.service import BindDisabled, Extender
 from joulesched.policy.errors import PolicyError
@@ -70,8 +70,17 @@ def create_app(
     source = source or make_source(config)
     metrics = metrics or ExtenderMetrics()
     predicted = PredictedLoad(config.predicted_ttl_seconds, config.predicted_settle_seconds)
+    occupancy = Occupancy() if config.watch_pods else None
     binder = make_binder(config) if config.bind_enabled else None
-    ext = Extender(source, config.policy, predicted, clock=clock, binder=binder, server_id_label=config.server_id_label)
+    ext = Extender(
+        source,
+        config.policy,
+        predicted,
+        clock=clock,
+        binder=binder,
+        server_id_label=config.server_id_label,
+        occupancy=occupancy,
+    )
     gauges = NodeGaugeWriter(metrics, lambda: ext.last)
     if config.watch_pods or config.watch_nodes or config.bind_enabled:
         from joulesched.extender.kube import preload
@@ -82,7 +91,7 @@ def create_app(
         if config.watch_pods:
             from joulesched.extender.kube import PodBindingWatch
 
-            PodBindingWatch(config.kubeconfig, predicted, clock).start()
+            PodBindingWatch(config.kubeconfig, predicted, clock, occupancy).start()
         if config.watch_nodes:
             from joulesched.extender.kube import NodeServerWatch
 

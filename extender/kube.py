@@ -7,14 +7,16 @@ extender that neither binds nor watches never loads it.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from datetime import datetime
 from collections.abc import Callable
 from typing import Any
 
-from joulesched.extender.predicted import PredictedLoad
+from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.wire import BindingArgs
-from joulesched.policy.demand import demand_from_pod
+from joulesched.policy.demand import RUNTIME_ANNOTATION, demand_from_pod
 from joulesched.policy.errors import PolicyError
 
 log = logging.getLogger(__name__)
@@ -137,11 +139,18 @@ class PodBindingWatch(_Watch):
 
     name = "pod-binding-watch"
 
-    def __init__(self, kubeconfig: str, predicted: PredictedLoad, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        kubeconfig: str,
+        predicted: PredictedLoad,
+        clock: Callable[[], float] = time.time,
+        occupancy: Occupancy | None = None,
+    ) -> None:
         super().__init__()
         self.kubeconfig = kubeconfig
         self.predicted = predicted
         self.clock = clock
+        self.occupancy = occupancy
         self._bound: set[str] = set()
 
     def _watch_once(self) -> None:
@@ -150,6 +159,14 @@ class PodBindingWatch(_Watch):
         api = client.CoreV1Api(api_client(self.kubeconfig))
         listing = api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", _request_timeout=30)
         self._bound = {p.metadata.uid for p in listing.items if p.metadata is not None and p.metadata.uid}
+        if self.occupancy is not None:
+            held = {}
+            for item in listing.items:
+                pod = api.api_client.sanitize_for_serialization(item)
+                until = holds_node_until(pod)
+                if until is not None:
+                    held[pod["metadata"]["uid"]] = (pod["spec"]["nodeName"], until)
+            self.occupancy.replace(held)
         w = watch.Watch()
         for event in w.stream(
             api.list_pod_for_all_namespaces,
@@ -168,7 +185,15 @@ class PodBindingWatch(_Watch):
         if kind == "DELETED":
             self._bound.discard(uid)
             self.predicted.forget(uid)
+            if self.occupancy is not None:
+                self.occupancy.forget(uid)
             return
+        if self.occupancy is not None and node:
+            until = holds_node_until(pod)
+            if until is None:
+                self.occupancy.forget(uid)
+            else:
+                self.occupancy.set(uid, node, until)
         if not node or uid in self._bound:
             return
         self._bound.add(uid)
@@ -178,3 +203,38 @@ class PodBindingWatch(_Watch):
             log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
             return
         self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), self.clock(), confirmed=True)
+
+
+def holds_node_until(pod: dict[str, Any]) -> float | None:
+    """Until when a bound pod keeps its node powered (unix time; inf: no known end), or None.
+
+    None for a pod that holds no node: a DaemonSet's (it runs on every node), or one that has
+    terminated. A pod that declares its runtime holds the node until its start plus that
+    runtime; any other pod for good.
+    """
+    meta = pod.get("metadata") or {}
+    if any((ref or {}).get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or ()):
+        return None
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    raw = (meta.get("annotations") or {}).get(RUNTIME_ANNOTATION)
+    try:
+        runtime = float(raw) if raw is not None else math.inf
+    except (TypeError, ValueError):
+        runtime = math.inf
+    if not math.isfinite(runtime) or runtime < 0:
+        return math.inf
+    started = _timestamp(status.get("startTime")) or _timestamp(meta.get("creationTimestamp"))
+    return math.inf if started is None else started + runtime
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None

@@ -86,3 +86,61 @@ class PredictedLoad:
                 del self._pods[uid]
             self._cached = (updated, now, cores, gpus)
         return cores, gpus
+
+
+class Occupancy:
+    """Which nodes hold workload pods, and until when: the ``held_until`` the policy needs.
+
+    Fed by the pod-binding watch with every bound pod that is not a DaemonSet's (a DaemonSet
+    pod runs on every node and keeps none of them on) and has not terminated. A pod that
+    declares its runtime (``joulesched.io/expected-runtime-seconds``) holds its node until it
+    started plus that runtime; any other pod holds it for good (a service nobody knows the end
+    of). A node with none of them is empty: its idle power is the pod's to answer for when the
+    node could be powered down (docs/policy.md, "Idle power").
+
+    Until the watch has listed the pods once, nothing is known and :meth:`per_row` gives NaN
+    (treated as held), so a restart never makes every node look empty.
+    """
+
+    def __init__(self) -> None:
+        self._ends: dict[str, tuple[str, float]] = {}  # uid -> (node, held until)
+        self._synced = False
+        self._lock = threading.Lock()
+        self._cached: tuple[int, object, np.ndarray] | None = None
+        self._version = 0
+
+    def replace(self, pods: Mapping[str, tuple[str, float]]) -> None:
+        """Every workload pod at once (a fresh listing): uid -> (node, held until)."""
+        with self._lock:
+            self._ends = dict(pods)
+            self._synced = True
+            self._version += 1
+
+    def set(self, uid: str, node: str, until: float) -> None:
+        with self._lock:
+            self._ends[uid] = (node, until)
+            self._version += 1
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            if self._ends.pop(uid, None) is not None:
+                self._version += 1
+
+    def per_row(self, index: Mapping[str, int], rows: int) -> np.ndarray:
+        """``held_until`` per profile row: 0 for an empty node, NaN before the first listing."""
+        cached = self._cached
+        if cached is not None and cached[0] == self._version and cached[1] is index:
+            return cached[2]
+        with self._lock:
+            version = self._version
+            if not self._synced:
+                held = np.full(rows, np.nan)
+            else:
+                held = np.zeros(rows)
+                for node, until in self._ends.values():
+                    row = index.get(node)
+                    if row is not None and until > held[row]:
+                        held[row] = until
+        held.setflags(write=False)
+        self._cached = (version, index, held)
+        return held

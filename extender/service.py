@@ -18,11 +18,18 @@ from typing import Any
 import numpy as np
 
 from joulesched.extender import wire
-from joulesched.extender.predicted import PredictedLoad
+from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.profiles import ProfileSource, Snapshot
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import PodDemand, demand_from_pod, owner_of
-from joulesched.policy.scoring import REASON_SATURATED, REASON_STALE, REASON_UNKNOWN, Evaluation, evaluate
+from joulesched.policy.scoring import (
+    REASON_GPU_RESERVED,
+    REASON_SATURATED,
+    REASON_STALE,
+    REASON_UNKNOWN,
+    Evaluation,
+    evaluate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +58,12 @@ class Extender:
         clock: Callable[[], float] = time.time,
         binder: Binder | None = None,
         server_id_label: str = SERVER_ID_LABEL,
+        occupancy: Occupancy | None = None,
     ) -> None:
         self.source = source
         self.policy = policy
         self.predicted = predicted
+        self.occupancy = occupancy
         self.clock = clock
         self.binder = binder
         self.last: Decision | None = None  # read by the metrics thread
@@ -84,17 +93,26 @@ class Extender:
             pred_cores, pred_gpus = pred_cores.copy(), pred_gpus.copy()
             pred_cores[index[own.node]] -= own.cores
             pred_gpus[index[own.node]] -= own.gpus
-        known = rows >= 0
-        r = np.where(known, rows, 0)
-        if len(arrays):
-            extra_cores = np.where(known, pred_cores[r], 0.0)
-            extra_gpus = np.where(known, pred_gpus[r], 0.0)
-        else:
-            extra_cores = extra_gpus = np.zeros(len(rows))
-        evaluation = evaluate(arrays, rows, demand, self.policy, now, extra_cores, extra_gpus)
+        held_until = self._held_until(snap, pred_cores, pred_gpus)
+        evaluation = evaluate(arrays, rows, demand, self.policy, now, pred_cores, pred_gpus, held_until)
         decision = Decision(args, demand, snap, rows, evaluation, now)
         self.last = decision
         return decision
+
+    def _held_until(self, snap: Snapshot, pred_cores: np.ndarray, pred_gpus: np.ndarray) -> np.ndarray | None:
+        """Per profile row, until when the node's pods keep it powered (None: the profiles' own).
+
+        From the pod watch's occupancy when it runs; a node with predicted pods (placed, not yet
+        seen by the watch) is held too, for as long as nobody knows.
+        """
+        if self.occupancy is None:
+            return None
+        arrays = snap.arrays
+        held = self.occupancy.per_row(arrays.index, len(arrays))
+        placed = (pred_cores > 0) | (pred_gpus > 0)
+        if placed.any():
+            held = np.where(placed, np.inf, held)
+        return held
 
     def _index(self, snap: Snapshot, args: wire.ExtenderArgs) -> Mapping[str, int]:
         """Node name -> profile row, including nodes that stand on a profiled physical server.
@@ -225,6 +243,7 @@ def explanation(d: Decision, policy: PolicyConfig, source: str) -> dict[str, Any
             entry["estimate"] = {
                 "marginal_watts": _num(e.marginal_watts[i]),
                 "runtime_seconds": _num(e.runtime_seconds[i]),
+                "idle_energy_joules": _num(e.idle_energy_joules[i]),
                 "energy_joules": _num(e.energy_joules[i]),
                 "carbon_grams": _num(e.carbon_grams[i]),
                 "cost": _num(e.cost[i]),
@@ -234,6 +253,8 @@ def explanation(d: Decision, policy: PolicyConfig, source: str) -> dict[str, Any
                 entry["neutral"] = REASON_STALE
             if e.saturated[i]:
                 entry["saturated"] = REASON_SATURATED
+            if e.reserved[i]:
+                entry["reserved"] = REASON_GPU_RESERVED
         reason = e.reason(i, policy)
         if e.failed[i]:
             entry["filtered"] = reason
@@ -254,6 +275,9 @@ def explanation(d: Decision, policy: PolicyConfig, source: str) -> dict[str, Any
             "neutral_score": policy.neutral_score,
             "max_age_seconds": policy.max_age_seconds,
             "avoid_saturation": policy.avoid_saturation,
+            "idle_power": policy.idle_power,
+            "score_scale": policy.score_scale,
+            "reserve_gpu_nodes": policy.reserve_gpu_nodes,
         },
         "profiles": {
             "source": source,

@@ -9,6 +9,9 @@
     reference_runtime_seconds: 3600   # runtime assumed when a pod does not say
     gpu_pod_utilisation: 1.0    # how busy a GPU pod keeps each GPU it asks for
     avoid_saturation: true      # score 0 a node the pod would push past 100 % CPU while another has room
+    idle_power: always-on       # nodes without their own idle_power: autoscaled | power-managed | always-on
+    score_scale: cluster        # cluster: scores relative to the best node the profiles know; request: to the best sent
+    reserve_gpu_nodes: true     # score 0 a GPU node for a CPU-only pod while a CPU node in the request has room
     power_cap:
       enabled: true
       headroom: 0.05            # fail a node whose power would pass cap × (1 − headroom)
@@ -20,9 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from joulesched.policy.profile import IDLE_POWER_CLASSES
 from joulesched.policy.validate import Checker
 
 STRATEGIES = ("energy", "carbon")
+SCORE_SCALES = ("cluster", "request")
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1: MaxExtenderPriority
 POLICY_FIELDS = (
     "strategy",
@@ -32,6 +37,9 @@ POLICY_FIELDS = (
     "reference_runtime_seconds",
     "gpu_pod_utilisation",
     "avoid_saturation",
+    "idle_power",
+    "score_scale",
+    "reserve_gpu_nodes",
     "power_cap",
 )
 
@@ -45,6 +53,9 @@ class PolicyConfig:
     reference_runtime_seconds: float = 3600.0
     gpu_pod_utilisation: float = 1.0
     avoid_saturation: bool = True
+    idle_power: str = "always-on"
+    score_scale: str = "cluster"
+    reserve_gpu_nodes: bool = True
     power_cap_enabled: bool = True
     power_cap_headroom: float = 0.05
 
@@ -67,6 +78,9 @@ def parse_policy(doc: Any, check: Checker, path: str = "policy") -> PolicyConfig
         body, "gpu_pod_utilisation", path, default=d.gpu_pod_utilisation, exclusive_minimum=0.0, maximum=1.0
     )
     avoid = check.boolean(body, "avoid_saturation", path, default=d.avoid_saturation)
+    idle_power = check.string(body, "idle_power", path, default=d.idle_power, choices=IDLE_POWER_CLASSES)
+    score_scale = check.string(body, "score_scale", path, default=d.score_scale, choices=SCORE_SCALES)
+    reserve_gpu = check.boolean(body, "reserve_gpu_nodes", path, default=d.reserve_gpu_nodes)
     cap = check.mapping(body.get("power_cap"), f"{path}.power_cap")
     check.unknown_keys(cap, ("enabled", "headroom"), f"{path}.power_cap")
     cap_enabled = check.boolean(cap, "enabled", f"{path}.power_cap", default=d.power_cap_enabled)
@@ -81,6 +95,9 @@ def parse_policy(doc: Any, check: Checker, path: str = "policy") -> PolicyConfig
         reference_runtime_seconds=runtime or d.reference_runtime_seconds,
         gpu_pod_utilisation=gpu_util or d.gpu_pod_utilisation,
         avoid_saturation=avoid if avoid is not None else d.avoid_saturation,
+        idle_power=idle_power or d.idle_power,
+        score_scale=score_scale or d.score_scale,
+        reserve_gpu_nodes=reserve_gpu if reserve_gpu is not None else d.reserve_gpu_nodes,
         power_cap_enabled=cap_enabled,
         power_cap_headroom=headroom if headroom is not None else d.power_cap_headroom,
     )

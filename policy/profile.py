@@ -19,6 +19,8 @@ agent's ``GET /v1/profile`` and the simulator's cluster. A document is a mapping
         power_cap_watts: 300       # hard cap (optional)
         updated: 1764400000.0      # unix time of the measurement (absent: a static profile)
         gpus: {count: 8, idle_watts: 60, max_watts: 700, speed: 1.0, utilisation: 0.0}
+        idle_power: autoscaled     # autoscaled | power-managed | always-on (default: the policy's)
+        held_until: 1764403600.0   # unix time its current pods keep it powered anyway (optional)
 
 The power curve has 11 points: watts at 0 %, 10 %, … 100 % CPU load, as SPECpower results
 publish them. A linear model ``idle + watts_per_core × busy cores`` is turned into the same
@@ -57,12 +59,20 @@ NODE_FIELDS = (
     "carbon_intensity",
     "sources",
     "server_id",
+    "idle_power",
+    "held_until",
 )
 GPU_FIELDS = ("count", "idle_watts", "max_watts", "speed", "utilisation", "model")
 SITE_FIELDS = ("pue", "carbon_intensity", "wue", "renewable_share")
 
 DEFAULT_PUE = 1.0
 DEFAULT_CARBON_INTENSITY = 0.0  # gCO2e/kWh; a node without a site has no carbon signal
+
+# Whether a node's idle power can be avoided (docs/policy.md, "Idle power"): a node of an
+# autoscaled node group or a power-managed bare-metal server is powered down when it is empty,
+# so a pod that keeps it on pays its idle power; an always-on node draws it whatever happens.
+IDLE_POWER_CLASSES = ("autoscaled", "power-managed", "always-on")
+AVOIDABLE_IDLE = frozenset({"autoscaled", "power-managed"})
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,8 @@ class NodeProfile:
     carbon_intensity: float = DEFAULT_CARBON_INTENSITY
     sources: tuple[str, ...] = ()
     server_id: str = ""
+    idle_power: str = ""  # one of IDLE_POWER_CLASSES; "" = the policy's default
+    held_until: float | None = None  # unix time until which its current pods keep it powered
 
     @property
     def idle_watts(self) -> float:
@@ -125,6 +137,8 @@ class NodeProfile:
             "updated": self.updated,
             "sources": list(self.sources) or None,
             "server_id": self.server_id or None,
+            "idle_power": self.idle_power or None,
+            "held_until": self.held_until,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.gpus is not None:
@@ -235,6 +249,8 @@ def _parse_node(item: Any, path: str, sites: Mapping[str, Site], check: Checker)
     pue = check.number(body, "pue", path, default=site.pue, minimum=1.0)
     ci = check.number(body, "carbon_intensity", path, default=site.carbon_intensity, minimum=0.0)
     server_id = check.string(body, "server_id", path, default="")
+    idle_power = check.string(body, "idle_power", path, default="", choices=IDLE_POWER_CLASSES)
+    held_until = check.number(body, "held_until", path, default=None, minimum=0.0)
     sources = _parse_sources(body.get("sources"), f"{path}.sources", check)
     gpus = _parse_gpus(body.get("gpus"), f"{path}.gpus", check)
     if len(check.problems) > before:
@@ -256,6 +272,8 @@ def _parse_node(item: Any, path: str, sites: Mapping[str, Site], check: Checker)
         carbon_intensity=ci if ci is not None else DEFAULT_CARBON_INTENSITY,
         sources=sources,
         server_id=server_id or "",
+        idle_power=idle_power or "",
+        held_until=held_until,
     )
 
 
@@ -307,6 +325,8 @@ COLUMNS = (
     "gpu_max_watts",
     "gpu_speed",
     "gpu_utilisation",
+    "idle_avoidable",  # 1: autoscaled or power-managed, 0: always-on, NaN: the policy's default
+    "held_until",  # NaN: unknown
 )
 COL = {name: i for i, name in enumerate(COLUMNS)}
 
@@ -349,6 +369,8 @@ class NodeArrays:
                     g.max_watts if g else 0.0,
                     g.speed if g else 1.0,
                     g.utilisation if g else 0.0,
+                    (1.0 if p.idle_power in AVOIDABLE_IDLE else 0.0) if p.idle_power else np.nan,
+                    nan(p.held_until),
                 )
             )
         n = len(profiles)
@@ -423,3 +445,11 @@ class NodeArrays:
     @property
     def gpu_utilisation(self) -> np.ndarray:
         return self.column("gpu_utilisation")
+
+    @property
+    def idle_avoidable(self) -> np.ndarray:
+        return self.column("idle_avoidable")
+
+    @property
+    def held_until(self) -> np.ndarray:
+        return self.column("held_until")

@@ -9,9 +9,14 @@ The model (docs/policy.md has the derivation and a worked example):
 * a GPU pod adds g GPUs at ``gpu_pod_utilisation``: ΔP_gpu = g × util × (max − idle);
 * the pod runs for T / speed (CPU pods) or T / gpu_speed (GPU pods), T being the pod's
   annotated runtime or the reference runtime;
-* marginal energy E = (P(u1) − P(u0) + ΔP_gpu) × runtime; carbon C = E × PUE × intensity;
-* the cost is E (``energy``) or C (``carbon``); the cheapest fresh node scores 10 and a node
-  whose cost is ``band`` (relative) above the cheapest scores 0, linearly in between;
+* on a node whose idle power can be avoided (autoscaled or power-managed), the pod also pays
+  the idle power it keeps on: P_idle × max(0, runtime − time the node's pods hold it anyway);
+* energy E = (P(u1) − P(u0) + ΔP_gpu) × runtime + that idle energy; carbon C = E × PUE × intensity;
+* the cost is E (``energy``) or C (``carbon``); the cheapest node the pod could use — over
+  every profiled node (``score_scale: cluster``) or over the request's — scores 10 and a node
+  whose cost is ``band`` (relative) above it scores 0, linearly in between;
+* a node the pod would saturate, and a GPU node for a CPU-only pod, score 0 while another
+  candidate has room;
 * nodes without a profile or with stale measurements get ``neutral_score``;
 * with a power cap, a node fails when its power now plus the pod's would pass
   cap × (1 − headroom).
@@ -25,7 +30,7 @@ import numpy as np
 
 from joulesched.policy.config import MAX_SCORE, PolicyConfig
 from joulesched.policy.demand import PodDemand
-from joulesched.policy.profile import CURVE_POINTS, NodeArrays
+from joulesched.policy.profile import AVOIDABLE_IDLE, CURVE_POINTS, NodeArrays
 
 JOULES_PER_KWH = 3.6e6
 
@@ -33,6 +38,7 @@ JOULES_PER_KWH = 3.6e6
 REASON_UNKNOWN = "no profile for this node"
 REASON_STALE = "measurements older than max_age_seconds"
 REASON_SATURATED = "CPU saturated: the pod would push the node past 100 % while another candidate has room"
+REASON_GPU_RESERVED = "GPU node kept for GPU work: a CPU-only pod while a CPU node has room"
 
 
 @dataclass(frozen=True)
@@ -46,13 +52,15 @@ class Evaluation:
     node_watts_before: np.ndarray  # model power before the pod (CPU curve + GPUs)
     marginal_watts: np.ndarray  # CPU + GPU
     runtime_seconds: np.ndarray
-    energy_joules: np.ndarray  # IT energy of the pod on this node
+    idle_energy_joules: np.ndarray  # the node's idle energy the pod makes unavoidable (part of energy)
+    energy_joules: np.ndarray  # IT energy of the pod on this node: marginal × runtime + idle
     carbon_grams: np.ndarray  # facility energy × grid intensity
     cost: np.ndarray  # what the strategy minimises
     scores: np.ndarray  # int64 0..10
     failed: np.ndarray  # bool: the power cap filter fails this node
     projected_watts: np.ndarray  # power with the pod, as the cap filter sees it (NaN: no data)
     saturated: np.ndarray  # bool: scored 0 because the pod would saturate the node's CPU
+    reserved: np.ndarray  # bool: a GPU node scored 0 for a CPU-only pod while CPU nodes have room
 
     def reason(self, i: int, cfg: PolicyConfig) -> str:
         if not self.known[i]:
@@ -84,19 +92,22 @@ def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:
     return power
 
 
-def normalise(cost: np.ndarray, eligible: np.ndarray, band: float) -> np.ndarray:
-    """Scores 0..10 from costs: the cheapest eligible node gets 10, ``band`` above it gets 0.
+def normalise(cost: np.ndarray, eligible: np.ndarray, band: float, best: float | None = None) -> np.ndarray:
+    """Scores 0..10 from costs: the cheapest node gets 10, ``band`` above it gets 0.
 
-    Relative, not min-max: two nodes 1 % apart score 10 and 10 (min-max would give 10 and 0
-    and so overrule every other plugin). Ineligible entries get 0 here; the caller replaces
-    them. When the cheapest cost is 0 (a node with a flat curve), the others are measured
-    against the mean eligible cost instead, so that the scale stays relative.
+    The cheapest is ``best`` when given (the cluster-wide best, so that a score means the same
+    whichever nodes a request carries), else the cheapest eligible entry. Relative, not
+    min-max: two nodes 1 % apart score 10 and 10 (min-max would give 10 and 0 and so overrule
+    every other plugin). Ineligible entries get 0 here; the caller replaces them. When the
+    cheapest cost is 0 (a node with a flat curve), the others are measured against the mean
+    eligible cost instead, so that the scale stays relative.
     """
     scores = np.zeros(cost.shape, dtype=np.int64)
     if not eligible.any():
         return scores
     c = cost[eligible]
-    best = float(c.min())
+    if best is None or not np.isfinite(best) or best > float(c.min()):
+        best = float(c.min())
     scale = best if best > 0 else float(c.mean())
     if scale <= 0 or not np.isfinite(scale):
         scores[eligible] = MAX_SCORE
@@ -115,39 +126,130 @@ def evaluate(
     now: float,
     predicted_cores: np.ndarray | None = None,
     predicted_gpus: np.ndarray | None = None,
+    held_until: np.ndarray | None = None,
 ) -> Evaluation:
     """Evaluate ``pod`` on the nodes at ``rows`` of ``nodes`` (``-1``: a node without a profile).
 
-    ``predicted_cores``/``predicted_gpus`` (aligned with ``rows``) are the demand of pods placed
-    on each node that its measurements do not show yet.
+    ``predicted_cores``/``predicted_gpus`` are the demand of pods placed on each node that its
+    measurements do not show yet, and ``held_until`` the unix time until which each node's
+    current pods keep it powered (NaN: unknown; default: the profiles' ``held_until``). All
+    three are aligned with the rows of ``nodes`` (one value per profile), not with ``rows``:
+    with ``score_scale: cluster`` the pod is costed on every profiled node, and the scores of
+    the requested ones are relative to the best of all, whatever slice of the cluster the
+    request carries.
     """
     rows = np.asarray(rows, dtype=np.intp)
     m = rows.shape[0]
     if len(nodes) == 0:
         return _all_unknown(m, cfg)
+    whole = _cost_everywhere(nodes, pod, cfg, now, predicted_cores, predicted_gpus, held_until)
     known = rows >= 0
     all_known = bool(known.all())
     r = rows if all_known else np.where(known, rows, 0)
-    t = nodes.table[r].T  # one gather for every per-node number; rows of t are columns
+
+    def take(values: np.ndarray) -> np.ndarray:
+        return values[r] if all_known else np.where(known, values[r], np.nan)
+
+    fresh = known & whole.fresh[r]
+    failed = known & whole.failed[r]
+    cost = whole.cost[r]
+    eligible = fresh & ~failed & np.isfinite(cost)
+    # Energy alone would fill a node past its cores: on a saturated node the work time-shares
+    # at P(1)/c per core, which is cheaper than the steep middle of many real (non-convex)
+    # curves. The pods there would run slower, so while another candidate has room a node the
+    # pod would saturate scores 0 (it is not filtered: kube-scheduler may still need it).
+    saturated = _demote(eligible, whole.saturating[r]) if cfg.avoid_saturation else np.zeros(m, dtype=bool)
+    eligible &= ~saturated
+    # A CPU-only pod on a GPU server keeps the most power-hungry servers on and takes room
+    # that GPU work needs: while a CPU node in the request has room, GPU nodes score 0.
+    reserved = _demote(eligible, whole.gpu_node[r]) if whole.reserve else np.zeros(m, dtype=bool)
+    eligible &= ~reserved
+    best = whole.best if cfg.score_scale == "cluster" else None
+    scores = normalise(cost, eligible, cfg.band, best=best)
+    scores[~fresh] = cfg.neutral_score
+    scores[failed] = 0
+
+    return Evaluation(
+        known=known,
+        fresh=fresh,
+        utilisation_before=take(whole.u0),
+        utilisation_after=take(whole.u1),
+        node_watts_before=take(whole.watts_before),
+        marginal_watts=take(whole.marginal),
+        runtime_seconds=take(whole.runtime),
+        idle_energy_joules=take(whole.idle_energy),
+        energy_joules=take(whole.energy),
+        carbon_grams=take(whole.carbon),
+        cost=take(whole.cost),
+        scores=scores,
+        failed=failed,
+        projected_watts=take(whole.projected),
+        saturated=saturated,
+        reserved=reserved,
+    )
+
+
+def _demote(eligible: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """The flagged eligible entries, when some eligible entry is not flagged; else none."""
+    over: np.ndarray = eligible & flagged
+    if over.any() and (eligible & ~over).any():
+        return over
+    return np.zeros(eligible.shape, dtype=bool)
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """The pod costed on every profiled node (arrays aligned with the profile rows)."""
+
+    fresh: np.ndarray
+    failed: np.ndarray
+    u0: np.ndarray
+    u1: np.ndarray
+    watts_before: np.ndarray
+    marginal: np.ndarray
+    runtime: np.ndarray
+    idle_energy: np.ndarray
+    energy: np.ndarray
+    carbon: np.ndarray
+    cost: np.ndarray
+    projected: np.ndarray
+    saturating: np.ndarray  # the pod would push the node past its cores
+    gpu_node: np.ndarray  # the node has GPUs (meaningful for a CPU-only pod)
+    reserve: bool  # cfg.reserve_gpu_nodes applies to this pod
+    best: float  # the least cost over the nodes that could be chosen (NaN: none)
+
+
+def _cost_everywhere(
+    nodes: NodeArrays,
+    pod: PodDemand,
+    cfg: PolicyConfig,
+    now: float,
+    predicted_cores: np.ndarray | None,
+    predicted_gpus: np.ndarray | None,
+    held_until: np.ndarray | None,
+) -> _Costs:
+    t = nodes.table.T  # rows of t are columns
     (cores, u_measured, speed_cpu, pue, intensity, measured, cap, updated,
-     gpu_count, gpu_idle, gpu_max, gpu_speed, gpu_util) = t
-    curve = nodes.curve[r]
+     gpu_count, gpu_idle, gpu_max, gpu_speed, gpu_util, idle_avoidable, held_profile) = t  # fmt: skip
+    n = len(nodes)
+    curve = nodes.curve
     with np.errstate(invalid="ignore"):  # NaN timestamps: static profiles are always fresh
-        fresh = known & ~(now - updated > cfg.max_age_seconds)
+        fresh = ~(now - updated > cfg.max_age_seconds)
 
     u0 = u_measured if predicted_cores is None else np.maximum(u_measured + predicted_cores / cores, 0.0)
     u1 = u0 + pod.cpu_cores / cores
     p_measured, p0, p1 = curve_power(curve, np.stack((u_measured, u0, u1)))
     cpu_dw = p1 - p0
 
-    if pod.gpus > 0 or gpu_count.any():
+    has_gpus = gpu_count > 0
+    if pod.gpus > 0 or has_gpus.any():
         gpu_span = gpu_max - gpu_idle
         gpu_busy = gpu_util * gpu_count
         if predicted_gpus is not None:
             gpu_busy = gpu_busy + predicted_gpus * cfg.gpu_pod_utilisation
         gpu_now = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
     else:
-        gpu_span = gpu_busy = gpu_now = np.zeros(m)
+        gpu_span = gpu_busy = gpu_now = np.zeros(n)
     if pod.gpus > 0:
         usable = np.minimum(float(pod.gpus), np.maximum(gpu_count - gpu_busy, 0.0))
         gpu_dw = np.where(gpu_count < pod.gpus, np.inf, usable * cfg.gpu_pod_utilisation * gpu_span)
@@ -159,8 +261,16 @@ def evaluate(
 
     base_runtime = pod.runtime_seconds if pod.runtime_seconds is not None else cfg.reference_runtime_seconds
     runtime = base_runtime / speed
-    energy = marginal * runtime
-    with np.errstate(invalid="ignore"):  # inf energy (a node short of GPUs) × 0 g/kWh
+    idle_energy = _unavoidable_idle_joules(
+        curve[:, 0] + gpu_count * gpu_idle,
+        runtime,
+        np.where(np.isnan(idle_avoidable), float(cfg.idle_power in AVOIDABLE_IDLE), idle_avoidable),
+        held_profile if held_until is None else held_until,
+        now,
+    )
+    with np.errstate(invalid="ignore"):  # inf marginal (a node short of GPUs) + idle
+        energy = marginal * runtime + idle_energy
+    with np.errstate(invalid="ignore"):  # inf energy × 0 g/kWh
         carbon = energy * (pue * intensity / JOULES_PER_KWH)
     if pod.gpus > 0:
         carbon = np.where(np.isinf(energy), np.inf, carbon)
@@ -174,42 +284,58 @@ def evaluate(
         with np.errstate(invalid="ignore"):  # NaN cap: uncapped, the comparison is False
             failed = fresh & (projected > cap * (1.0 - cfg.power_cap_headroom))
     else:
-        failed = np.zeros(m, dtype=bool)
+        failed = np.zeros(n, dtype=bool)
 
-    eligible = fresh & ~failed & np.isfinite(cost)
-    # Energy alone would fill a node past its cores: on a saturated node the work time-shares
-    # at P(1)/c per core, which is cheaper than the steep middle of many real (non-convex)
-    # curves. The pods there would run slower, so while another candidate has room a node the
-    # pod would saturate scores 0 (it is not filtered: kube-scheduler may still need it).
-    saturated = np.zeros(m, dtype=bool)
-    if cfg.avoid_saturation and pod.cpu_cores > 0:
-        over = eligible & (u1 > 1.0 + 1e-9)
-        if over.any() and (eligible & ~over).any():
-            saturated = over
-            eligible = eligible & ~over
-    scores = normalise(cost, eligible, cfg.band)
-    scores[~fresh] = cfg.neutral_score
-    scores[failed] = 0
-
-    def masked(values: np.ndarray) -> np.ndarray:
-        return values if all_known else np.where(known, values, np.nan)
-
-    return Evaluation(
-        known=known,
+    saturating = u1 > 1.0 + 1e-9 if pod.cpu_cores > 0 else np.zeros(n, dtype=bool)
+    reserve = cfg.reserve_gpu_nodes and pod.gpus == 0
+    # The best node the pod could be sent to, by the same rules as the candidates below.
+    choosable = fresh & ~failed & np.isfinite(cost)
+    if cfg.avoid_saturation:
+        choosable &= ~_demote(choosable, saturating)
+    if reserve:
+        choosable &= ~_demote(choosable, has_gpus)
+    best = float(cost[choosable].min()) if choosable.any() else float("nan")
+    return _Costs(
         fresh=fresh,
-        utilisation_before=masked(u0),
-        utilisation_after=masked(u1),
-        node_watts_before=masked(p0 + gpu_now),
-        marginal_watts=masked(marginal),
-        runtime_seconds=masked(runtime),
-        energy_joules=masked(energy),
-        carbon_grams=masked(carbon),
-        cost=masked(cost),
-        scores=scores,
         failed=failed,
-        projected_watts=masked(projected),
-        saturated=saturated,
+        u0=u0,
+        u1=u1,
+        watts_before=p0 + gpu_now,
+        marginal=marginal,
+        runtime=runtime,
+        idle_energy=idle_energy,
+        energy=energy,
+        carbon=carbon,
+        cost=cost,
+        projected=projected,
+        saturating=saturating,
+        gpu_node=has_gpus,
+        reserve=reserve,
+        best=best,
     )
+
+
+def _unavoidable_idle_joules(
+    idle_watts: np.ndarray, runtime: np.ndarray, avoidable: np.ndarray, held_until: np.ndarray, now: float
+) -> np.ndarray:
+    """The idle energy a pod makes unavoidable on each node (docs/policy.md, "Idle power").
+
+    A node whose idle power can be avoided (``avoidable`` 1: autoscaled or power-managed) and
+    that its current pods keep powered until ``held_until`` stays on for the pod only for the
+    part of the pod's runtime that outlasts them::
+
+        idle J = P_idle × max(0, runtime − max(0, held_until − now))
+
+    so an empty node (``held_until`` ≤ now) charges its whole idle power for the runtime, and a
+    node whose pods outlast the new one charges nothing. ``held_until`` NaN (unknown: e.g. a
+    long-running service whose end nobody knows) counts as held for good. An always-on node
+    (``avoidable`` 0) draws its idle power whatever the scheduler does: nothing is charged.
+    """
+    with np.errstate(invalid="ignore"):
+        held_for = np.where(np.isnan(held_until), np.inf, np.maximum(held_until - now, 0.0))
+        extra = np.maximum(runtime - held_for, 0.0)
+    joules: np.ndarray = np.where(avoidable > 0.5, idle_watts * extra, 0.0)
+    return joules
 
 
 def _all_unknown(n: int, cfg: PolicyConfig) -> Evaluation:
@@ -223,6 +349,7 @@ def _all_unknown(n: int, cfg: PolicyConfig) -> Evaluation:
         node_watts_before=nan,
         marginal_watts=nan,
         runtime_seconds=nan,
+        idle_energy_joules=nan,
         energy_joules=nan,
         carbon_grams=nan,
         cost=nan,
@@ -230,4 +357,5 @@ def _all_unknown(n: int, cfg: PolicyConfig) -> Evaluation:
         failed=false,
         projected_watts=nan,
         saturated=false,
+        reserved=false,
     )

@@ -39,7 +39,7 @@ got -4``), and the file it came from.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -358,18 +358,28 @@ def _parse_gpus(value: Any, path: str, check: Checker) -> GpuSpec | None:
     return GpuSpec(int(count), idle, peak, speed, model)  # type: ignore[arg-type]
 
 
+def idle_power_of(cluster: ClusterSpec, nt: NodeType) -> str:
+    """``autoscaled`` when the autoscaler may power a node of this type down, else ``always-on``."""
+    return "autoscaled" if cluster.autoscaler.enabled and nt.count > nt.min_count else "always-on"
+
+
 def profile_document(
     cluster: ClusterSpec,
     nodes: list[Node],
     utilisation: list[float],
     gpu_utilisation: list[float],
     carbon_now: Mapping[str, float],
+    held: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
     """The cluster as a profile document (``policy/profile.py``) with live utilisation per node.
 
     What an extender's ``file`` source reads. Carbon intensity is each site's current value;
     no ``updated`` time is written (a static profile is always fresh), so the extender's clock
-    and the simulated clock never have to agree.
+    and the simulated clock never have to agree. Each node's ``idle_power`` says whether the
+    autoscaler can power it down (``autoscaled``: the autoscaler is on and its type has more
+    nodes than ``min_count``) or not (``always-on``). ``held`` (per node: it runs pods) marks
+    the empty nodes with ``held_until: 0``; a node with pods is held for as long as nobody
+    knows, as the extender's pod watch sees a pod without a declared runtime.
     """
     sites = {
         name: {"pue": s.pue, "carbon_intensity": carbon_now[name], "wue": s.wue, "renewable_share": s.renewable_share}
@@ -386,7 +396,10 @@ def profile_document(
             "power_curve_watts": list(nt.power_curve_watts),
             "speed": nt.speed,
             "utilisation": utilisation[i],
+            "idle_power": idle_power_of(cluster, nt),
         }
+        if held is not None and not held[i]:
+            entry["held_until"] = 0.0
         if nt.power_cap_watts is not None:
             entry["power_cap_watts"] = nt.power_cap_watts
         if nt.gpus.count:
@@ -414,5 +427,6 @@ __all__ = [
     "SiteSpec",
     "load_cluster",
     "parse_cluster",
+    "idle_power_of",
     "profile_document",
 ]

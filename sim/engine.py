@@ -281,10 +281,12 @@ class Engine:
             self._carbon_key = key
         carbon_now = self._carbon_now
 
-        def document() -> dict[str, Any]:
-            return profile_document(self.cluster, self.nodes, util.tolist(), gpu.tolist(), carbon_now)
+        held = self.npods > 0
 
-        self._view_cache = ClusterView(self.names, util, gpu, carbon_now, self.view_version, document)
+        def document() -> dict[str, Any]:
+            return profile_document(self.cluster, self.nodes, util.tolist(), gpu.tolist(), carbon_now, held.tolist())
+
+        self._view_cache = ClusterView(self.names, util, gpu, carbon_now, self.view_version, document, held)
         return self._view_cache
 
     # -- the scheduler ----------------------------------------------------------------------------

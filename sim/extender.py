@@ -55,6 +55,7 @@ class ClusterView:
     carbon_intensity: Mapping[str, float]  # per site, now
     version: int  # increases whenever any of the above changes
     document: Any  # callable returning the profile document for this view
+    held: np.ndarray | None = None  # bool per node: it runs pods (None: every node counts as held)
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,12 @@ class InProcessExtender:
                 self._carbon = np.asarray(key, dtype=float)[self.site_index]
                 self._carbon_key = key
             ci = self._carbon
+            held_until = np.nan if view.held is None else np.where(view.held, np.nan, 0.0)
             self._arrays = self.base.with_columns(
                 utilisation=view.utilisation,
                 gpu_utilisation=view.gpu_utilisation,
                 carbon_intensity=ci,
+                held_until=held_until,
             )
             self._version = view.version
         return self._arrays

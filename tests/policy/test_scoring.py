@@ -181,3 +181,115 @@ def test_gpu_pod_scores_on_gpu_efficiency() -> None:
 def test_evaluate_with_no_profiles_is_all_neutral() -> None:
     ev = evaluate(NodeArrays.build([]), np.array([-1, -1]), PodDemand(1.0), PolicyConfig(neutral_score=3), now=0.0)
     assert ev.scores.tolist() == [3, 3]
+
+
+# -- idle power (docs/policy.md, "Idle power") ------------------------------------------------
+
+
+def test_idle_power_worked_example() -> None:
+    # docs/policy.md: the same 8-core pod for one hour on an autoscaled cluster. Node A is empty
+    # (its pods left; it would be powered down), node B runs pods that end in 20 minutes.
+    cfg = PolicyConfig(reference_runtime_seconds=3600, idle_power="autoscaled")
+    nodes = [node("a", utilisation=0.0, held_until=0.0), node("b", XEON, cores=80.0, utilisation=0.10, held_until=2200.0)]
+    ev = run(nodes, PodDemand(8.0), cfg, now=1000.0)
+    # A: u 0 -> 0.125: P = 100 + 0.25 * 16 = 104 W, dP = 47.2 W; idle 56.8 W for the whole hour.
+    assert ev.marginal_watts[0] == pytest.approx(47.2)
+    assert ev.idle_energy_joules[0] == pytest.approx(56.8 * 3600)
+    assert ev.energy_joules[0] == pytest.approx((47.2 + 56.8) * 3600)
+    # B: held for 1,200 s more; the pod outlasts that by 2,400 s: 127 W of idle for 2,400 s.
+    assert ev.marginal_watts[1] == pytest.approx(28.0)
+    assert ev.idle_energy_joules[1] == pytest.approx(127.0 * 2400)
+    assert ev.energy_joules[1] == pytest.approx(28.0 * 3600 + 127.0 * 2400)
+    assert list(ev.scores) == [10, 8]
+
+
+@pytest.mark.parametrize(
+    ("held_until", "idle_seconds"),
+    [(0.0, 3600.0), (1000.0, 3600.0), (1600.0, 3000.0), (4600.0, 0.0), (9e9, 0.0), (float("nan"), 0.0)],
+    ids=[
+        "an empty node pays its idle power for the whole runtime",
+        "pods that end now hold it for nothing",
+        "pods that end in 10 minutes leave 50 minutes to pay",
+        "pods that outlast the new one leave nothing",
+        "long-held nodes charge nothing",
+        "an unknown end counts as held for good",
+    ],
+)
+def test_the_pod_pays_the_idle_time_it_adds(held_until: float, idle_seconds: float) -> None:
+    cfg = PolicyConfig(reference_runtime_seconds=3600, idle_power="autoscaled")
+    ev = run([node("a", held_until=held_until)], PodDemand(4.0), cfg, now=1000.0)
+    assert ev.idle_energy_joules[0] == pytest.approx(56.8 * idle_seconds)
+
+
+def test_always_on_nodes_never_charge_idle_power() -> None:
+    empty = node("a", held_until=0.0)
+    assert run([empty], PodDemand(4.0), PolicyConfig(idle_power="always-on")).idle_energy_joules[0] == 0.0
+    # the node's own class wins over the policy's default, both ways
+    own = run([node("a", held_until=0.0, idle_power="always-on")], PodDemand(4.0), PolicyConfig(idle_power="autoscaled"))
+    assert own.idle_energy_joules[0] == 0.0
+    managed = run([node("a", held_until=0.0, idle_power="power-managed")], PodDemand(4.0), PolicyConfig())
+    assert managed.idle_energy_joules[0] == pytest.approx(56.8 * 3600)
+
+
+def test_a_busy_node_beats_an_empty_efficient_one_when_idle_is_avoidable() -> None:
+    # The empty EPYC would be cheaper on marginal power alone; once its idle power counts, the
+    # Xeon that is on anyway for its pods is the cheaper place, as bin-packing would choose.
+    nodes = [node("empty-epyc", held_until=0.0), node("busy-xeon", XEON, cores=80.0, utilisation=0.85)]
+    marginal_only = run(nodes, PodDemand(2.0), PolicyConfig(idle_power="always-on"))
+    assert list(marginal_only.scores) == [10, 0]
+    idle_aware = run(nodes, PodDemand(2.0), PolicyConfig(idle_power="autoscaled"))
+    assert list(idle_aware.scores) == [0, 10]
+
+
+def test_gpu_idle_power_counts_on_an_empty_gpu_node() -> None:
+    gpu = GpuProfile(count=8, idle_watts=60.0, max_watts=700.0)
+    ev = run([node("g", gpus=gpu, held_until=0.0)], PodDemand(1.0, gpus=1), PolicyConfig(idle_power="autoscaled"))
+    assert ev.idle_energy_joules[0] == pytest.approx((56.8 + 8 * 60.0) * 3600)
+
+
+# -- scores that mean the same whatever slice of the cluster a request carries -----------------
+
+
+def test_scores_are_relative_to_the_cluster_wide_best() -> None:
+    nodes = [node("best"), node("ten-percent-worse", speed=1 / 1.1), node("worse", speed=1 / 1.3)]
+    arrays = NodeArrays.build(nodes)
+    slice_without_best = np.array([1, 2])
+    cluster = evaluate(arrays, slice_without_best, PodDemand(4.0), PolicyConfig(), now=0.0)
+    assert list(cluster.scores) == [8, 4]
+    request = evaluate(arrays, slice_without_best, PodDemand(4.0), PolicyConfig(score_scale="request"), now=0.0)
+    assert list(request.scores) == [10, 6]
+    whole = evaluate(arrays, np.array([0, 1, 2]), PodDemand(4.0), PolicyConfig(), now=0.0)
+    assert list(whole.scores) == [10, 8, 4]
+
+
+def test_the_cluster_wide_best_skips_nodes_the_pod_cannot_use() -> None:
+    # A stale node and a node the pod would saturate do not set the scale for the others.
+    nodes = [node("stale", updated=0.0), node("full", utilisation=0.99), node("a"), node("b", speed=1 / 1.1)]
+    ev = run(nodes, PodDemand(4.0), PolicyConfig(max_age_seconds=60), now=1000.0)
+    assert list(ev.scores[2:]) == [10, 8]
+
+
+# -- GPU servers are kept for GPU work --------------------------------------------------------
+
+
+def test_cpu_pods_stay_off_gpu_nodes_while_cpu_nodes_have_room() -> None:
+    gpu = GpuProfile(count=8, idle_watts=60.0, max_watts=700.0)
+    nodes = [node("gpu-node", gpus=gpu, utilisation=0.5), node("cpu-node", XEON, cores=80.0, utilisation=0.5)]
+    ev = run(nodes, PodDemand(2.0))
+    assert ev.reserved.tolist() == [True, False] and list(ev.scores) == [0, 10]
+    assert not run(nodes, PodDemand(2.0), PolicyConfig(reserve_gpu_nodes=False)).reserved.any()
+    # a GPU pod is not held back, and with no CPU node in the request the GPU node is scored
+    assert not run(nodes, PodDemand(2.0, gpus=1)).reserved.any()
+    alone = run(nodes[:1], PodDemand(2.0))
+    assert not alone.reserved.any() and list(alone.scores) == [10]
+
+
+def test_gpu_pods_go_where_the_work_costs_least_not_where_the_watts_are_fewest() -> None:
+    # An A100 (60 -> 400 W) draws fewer watts than an H100 (70 -> 700 W) but, at a third of the
+    # speed on this work, spends more energy on it: 340 W x 3,600 s against 630 W x 1,200 s.
+    a100 = GpuProfile(count=8, idle_watts=60.0, max_watts=400.0, speed=1.0)
+    h100 = GpuProfile(count=8, idle_watts=70.0, max_watts=700.0, speed=3.0)
+    ev = run([node("a100", gpus=a100), node("h100", gpus=h100)], PodDemand(1.0, gpus=1), PolicyConfig())
+    assert ev.marginal_watts[1] > ev.marginal_watts[0]
+    assert ev.energy_joules[1] < ev.energy_joules[0]
+    assert list(ev.scores) == [0, 10]
