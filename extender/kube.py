@@ -10,8 +10,8 @@ import logging
 import math
 import threading
 import time
-from datetime import datetime
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from joulesched.extender.predicted import Occupancy, PredictedLoad

@@ -425,8 +425,8 @@ __all__ = [
     "Node",
     "NodeType",
     "SiteSpec",
+    "idle_power_of",
     "load_cluster",
     "parse_cluster",
-    "idle_power_of",
     "profile_document",
 ]
