@@ -182,7 +182,7 @@ class VerbEndpoint:
         requests, latency = self._ok[verb]
         requests.inc()
         latency.observe(seconds)
-        errors = getattr(self.source, "errors", 0)
+        errors = self.source.errors
         if errors != self._source_errors_seen:
             m.source_errors.labels(self.source.name).inc(errors - self._source_errors_seen)
             self._source_errors_seen = errors
