@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from joulesched.measurement.config import AgentConfig
+from joulesched.measurement.errors import TooManyWindows, UnknownWindow
 from joulesched.measurement.meter import EnergyMeter, MeterRead
 from joulesched.measurement.model import RollingFit
 from joulesched.measurement.snapshot import GpuSummary, Interval, ModelSnapshot, PodSnapshot, Snapshot, ZoneSnapshot
@@ -63,10 +64,6 @@ class Window:
     id: str
     start: MeterRead
     label: str
-
-
-class UnknownWindow(KeyError):
-    pass
 
 
 class Sampler:
@@ -128,7 +125,7 @@ class Sampler:
     def open_window(self, label: str = "") -> Window:
         with self.lock:
             if len(self._windows) >= MAX_WINDOWS:
-                raise OverflowError(f"{MAX_WINDOWS} windows are open; close some first")
+                raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
             window = Window(secrets.token_hex(8), self.meter.read(), label)
             self._windows[window.id] = window
             return window
