@@ -128,6 +128,7 @@ def parse_freeipmi_power_statistics(text: str) -> DcmiPowerReading:
         bmc_timestamp=stamp.group(1).strip() if stamp else "",
     )
 
+
 # --- the source ------------------------------------------------------------------------------------
 
 
@@ -189,7 +190,9 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = 
     (user|operator|administrator, default user), ``timeout_s`` (15), ``retries`` (2), ``clock``
     (callable, default time.time).
     """
-    runner = open_runner(NAME, options, roots, clock, default_binaries={"ipmitool": "ipmitool", "freeipmi": "ipmi-dcmi"})
+    runner = open_runner(
+        NAME, options, roots, clock, default_binaries={"ipmitool": "ipmitool", "freeipmi": "ipmi-dcmi"}
+    )
     runner.check_in_band_device()
     source = IpmiDcmi(runner)
     try:
