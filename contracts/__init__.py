@@ -1,1 +1,21 @@
-"""Shared contracts."""
+"""Shared contracts: metric names (``names``), the YAML reader (``documents``), site files and
+carbon-intensity series (``sitefile``), and the generated metrics reference (``docgen``).
+
+Error hierarchy::
+
+    ContractError                 root of the errors this package defines (``contracts/errors.py``)
+    └── SeriesFileError           a carbon-intensity series file has bad lines or fields (every
+                                  problem listed; a site file reports it as a ConfigError)
+
+    policy.errors.ConfigError     a document (config, site file) cannot be read, parsed or
+                                  validated: what :func:`documents.read_yaml` and
+                                  :func:`sitefile.load_site_file` raise
+
+``ConfigError`` stays the one class for "a document failed validation" in every part, because the
+documents are validated by :class:`policy.validate.Checker`, which raises it, and every command
+line reports it the same way; contracts does not wrap it in a class of its own.
+"""
+
+from joulesched.contracts.errors import ContractError, SeriesFileError
+
+__all__ = ["ContractError", "SeriesFileError"]

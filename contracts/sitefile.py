@@ -61,6 +61,7 @@ import orjson
 import yaml
 
 from joulesched.contracts.documents import read_yaml
+from joulesched.contracts.errors import SeriesFileError
 from joulesched.policy.site import (
     OUTSIDE_POLICIES,
     CarbonIntensitySource,
@@ -130,15 +131,6 @@ NADIKI_RACK_FIELDS = (
 
 
 # -- series files ------------------------------------------------------------------------------
-
-
-class SeriesFileError(Exception):
-    """Problems of one series file (collected, then reported by the caller under its path)."""
-
-    def __init__(self, path: str, problems: list[str]) -> None:
-        self.path = path
-        self.problems = problems
-        super().__init__(f"{path}: " + "; ".join(problems))
 
 
 def _parse_time(text: str) -> float:

@@ -4,10 +4,24 @@
 predicted-load ledger, ``service`` the decisions, ``app`` the Flask routes, ``cli`` the
 gunicorn launcher.
 
-Error hierarchy (everything that reaches a client becomes an HTTP status with a JSON body)::
+Error hierarchy (everything that reaches a client becomes an HTTP status with a JSON body;
+the classes are in ``extender/errors.py``)::
 
-    wire.WireError (ValueError)    a request body that is not a valid extender message → 400
-    policy.PolicyError             a pod field the policy cannot read (e.g. a bad quantity) → 400
-    └── policy.ConfigError         a config or profile file failed validation (at start)
-    service.BindDisabled           the bind verb is not enabled → 404
+    ExtenderError                  root of every error the extender itself raises
+    ├── WireError (ValueError)     a request body that is not a valid extender message → 400
+    └── BindDisabled               the bind verb is not enabled → 404
+
+    policy.PolicyError             from the policy layer, passed through unchanged
+    ├── QuantityError              a pod field the policy cannot read (a bad quantity) → 400
+    └── ConfigError                a config or profile file failed validation (at start; a
+                                   profile reload that fails keeps the last good profiles)
+
+Configuration errors stay :class:`policy.errors.ConfigError`, the one class every part uses for
+"a document failed validation": the extender's config is checked by the shared
+:class:`policy.validate.Checker` and read by :func:`contracts.documents.read_yaml`, and the
+launcher reports it the same way as the agent does.
 """
+
+from joulesched.extender.errors import BindDisabled, ExtenderError, WireError
+
+__all__ = ["BindDisabled", "ExtenderError", "WireError"]

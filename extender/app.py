@@ -27,10 +27,11 @@ from flask import Flask, Response, request
 
 from joulesched.extender import wire
 from joulesched.extender.config import ExtenderConfig
+from joulesched.extender.errors import BindDisabled, WireError
 from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter
 from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
-from joulesched.extender.service import BindDisabled, Extender
+from joulesched.extender.service import Extender
 from joulesched.policy.errors import PolicyError
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class VerbEndpoint:
             return self.fail(verb, 413, "too_large", f"request body over max_request_bytes ({self.max_bytes})")
         try:
             result = handler(body)
-        except (wire.WireError, PolicyError) as err:
+        except (WireError, PolicyError) as err:
             log.info("%s: bad request: %s", verb, err)
             return self.fail(verb, 400, "bad_request", str(err))
         except BindDisabled as err:
@@ -191,7 +192,7 @@ class VerbEndpoint:
         requests, latency = self._ok[verb]
         requests.inc()
         latency.observe(seconds)
-        errors = getattr(self.source, "errors", 0)
+        errors = self.source.errors
         if errors != self._source_errors_seen:
             m.source_errors.labels(self.source.name).inc(errors - self._source_errors_seen)
             self._source_errors_seen = errors

@@ -17,12 +17,15 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as mp
 
 from joulesched.contracts import names as m
+
+if TYPE_CHECKING:  # service imports the profile sources and the policy; the writer needs only the type
+    from joulesched.extender.service import Decision
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -91,7 +94,7 @@ class NodeGaugeWriter:
 
     NEW_PER_TICK = 256  # new nodes' series created per tick (about 35 µs each, in the multiprocess files)
 
-    def __init__(self, metrics: ExtenderMetrics, last: Callable[[], object], interval: float = 1.0) -> None:
+    def __init__(self, metrics: ExtenderMetrics, last: Callable[[], Decision | None], interval: float = 1.0) -> None:
         self.metrics = metrics
         self.last = last
         self.interval = interval
@@ -115,9 +118,9 @@ class NodeGaugeWriter:
         if decision is None or decision is self._seen:
             return
         self._seen = decision
-        ev = decision.evaluation  # type: ignore[attr-defined]
-        names = decision.args.node_names  # type: ignore[attr-defined]
-        snap = decision.snapshot  # type: ignore[attr-defined]
+        ev = decision.evaluation
+        names = decision.args.node_names
+        snap = decision.snapshot
         scores = ev.scores.tolist()
         marginal = ev.marginal_watts.tolist()
         written = self._written
@@ -144,4 +147,4 @@ class NodeGaugeWriter:
                 entry[1].set(watts)
                 entry[3] = watts
         if snap.ready:
-            self.metrics.data_age.set(max(0.0, decision.at - snap.loaded_at))  # type: ignore[attr-defined]
+            self.metrics.data_age.set(max(0.0, decision.at - snap.loaded_at))

@@ -60,7 +60,14 @@ def empty_snapshot(error: str = "") -> Snapshot:
 
 
 class ProfileSource(Protocol):
+    """Where node profiles come from (a file, Prometheus).
+
+    ``errors`` counts the reads that failed since start (the extender exports its increase as
+    ``joulesched_extender_profile_source_errors_total``); a failed read keeps the last good snapshot.
+    """
+
     name: str
+    errors: int
 
     def snapshot(self) -> Snapshot: ...
 

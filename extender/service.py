@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from joulesched.extender import wire
+from joulesched.extender.errors import BindDisabled
 from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.profiles import ProfileSource, Snapshot
 from joulesched.policy.config import PolicyConfig
@@ -205,10 +206,6 @@ class Extender:
             self.predicted.record(
                 uid, d.args.node_names[top], d.demand.cpu_cores, float(d.demand.gpus), d.at, confirmed=False
             )
-
-
-class BindDisabled(Exception):
-    """The bind verb was called but is not enabled."""
 
 
 def _num(value: float) -> float | None:

@@ -35,12 +35,10 @@ from typing import Any
 
 import orjson
 
+from joulesched.extender.errors import WireError
+
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
-
-
-class WireError(ValueError):
-    """A request body that is not a valid extender message; the message names the field."""
 
 
 def decode(body: bytes) -> Any:

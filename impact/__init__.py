@@ -1,1 +1,15 @@
-"""Impact."""
+"""Impact: the ``joulesched report`` command (``report``) and the recording rules, PrometheusRule
+and dashboard generator (``rules``).
+
+Error hierarchy (``impact/errors.py``)::
+
+    ImpactError                   root of every error raised by this package
+    └── ReportError               a problem the user can fix: bad arguments, no data, Prometheus
+                                  unreachable (``joulesched report`` prints it and exits 1)
+
+A site file that fails validation raises :class:`policy.errors.ConfigError`, as in every part.
+"""
+
+from joulesched.impact.errors import ImpactError, ReportError
+
+__all__ = ["ImpactError", "ReportError"]

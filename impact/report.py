@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from joulesched.contracts import names as n
+from joulesched.impact.errors import ReportError
 from joulesched.policy import impact
 from joulesched.policy.impact import Totals
 
@@ -58,10 +59,6 @@ KSM_PROCESS = "label_nextflow_io_process_name"
 NONE = "<none>"
 
 FloatArray = np.ndarray
-
-
-class ReportError(Exception):
-    """A problem the user can fix (bad arguments, no data, Prometheus unreachable)."""
 
 
 # -- arguments -----------------------------------------------------------------------------------

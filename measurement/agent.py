@@ -24,6 +24,7 @@ from joulesched.measurement.nadiki import CounterSample, Provider, counter_sampl
 from joulesched.measurement.sampler import Sampler
 from joulesched.measurement.server import AgentServer
 from joulesched.measurement.snapshot import Snapshot
+from joulesched.measurement.sources.base import HasModel, HasNotes
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu
 from joulesched.measurement.sources.kube_pods import PodDirectory, open_directory
 from joulesched.measurement.sources.procfs_stat import ProcStat
@@ -126,8 +127,9 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
     opened = open_sources(config.sources.order, config.sources.options, config.roots, clock)
     log.info("energy sources: %s", opened.message())
     for source in opened.sources:
-        for note in getattr(source, "notes", []):
-            log.info("%s: %s", source.name, note)
+        if isinstance(source, HasNotes):
+            for note in source.notes:
+                log.info("%s: %s", source.name, note)
     if not opened.sources:
         log.error("no energy source is usable; the agent reports CPU time only. %s", opened.message())
     cgroups = procstat = None
@@ -147,7 +149,7 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
     recorder = RecordingWriter(config.record_file) if config.record_file else None
     provider = None
     if config.nadiki is not None:
-        gpu_models = [z.model for src in opened.sources for z in src.zones() if getattr(z, "model", "")]
+        gpu_models = [z.model for src in opened.sources for z in src.zones() if isinstance(z, HasModel) and z.model]
         provider = Provider(config.nadiki, config.roots, gpu_models=gpu_models, clock=clock)
         log.info("NADIKI provider mode: registrar %s", config.nadiki.registrar_url)
     site = None

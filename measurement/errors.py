@@ -20,3 +20,11 @@ class SourceFailed(MeasurementError):
     ``rapl zone "package-0" (/sys/class/powercap/intel-rapl:0/energy_uj): permission denied —
     run the agent as root or mount the powercap tree read-only into a root container``
     """
+
+
+class UnknownWindow(MeasurementError, KeyError):
+    """No measurement window is open with this id (never opened, or already closed)."""
+
+
+class TooManyWindows(MeasurementError, OverflowError):
+    """Opening one more measurement window would pass the limit of open windows (HTTP 429)."""

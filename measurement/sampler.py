@@ -24,10 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from joulesched.measurement.config import AgentConfig
+from joulesched.measurement.errors import TooManyWindows, UnknownWindow
 from joulesched.measurement.meter import EnergyMeter, MeterRead
 from joulesched.measurement.model import RollingFit
 from joulesched.measurement.snapshot import GpuSummary, Interval, ModelSnapshot, PodSnapshot, Snapshot, ZoneSnapshot
-from joulesched.measurement.sources.base import Source
+from joulesched.measurement.sources.base import (
+    ReportsPowerLimits,
+    ReportsProcessUtilisation,
+    ReportsUtilisation,
+    Source,
+)
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
 from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory
 from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
@@ -58,10 +64,6 @@ class Window:
     id: str
     start: MeterRead
     label: str
-
-
-class UnknownWindow(KeyError):
-    pass
 
 
 class Sampler:
@@ -123,7 +125,7 @@ class Sampler:
     def open_window(self, label: str = "") -> Window:
         with self.lock:
             if len(self._windows) >= MAX_WINDOWS:
-                raise OverflowError(f"{MAX_WINDOWS} windows are open; close some first")
+                raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
             window = Window(secrets.token_hex(8), self.meter.read(), label)
             self._windows[window.id] = window
             return window
@@ -181,14 +183,13 @@ class Sampler:
         other: dict[str, float] = {}
         util: dict[str, float] = {}
         for source in self.meter.source_objects:
-            by_process = getattr(source, "process_utilisation", None)
-            if callable(by_process):
+            if isinstance(source, ReportsProcessUtilisation):
                 # with per-process use known, a GPU no process touches is idle (0), not unknown
                 for zone in source.zones():
                     if zone.domain == "gpu":
                         util.setdefault(zone.name, 0.0)
                 try:
-                    processes: Mapping[int, Mapping[str, float]] = by_process()
+                    processes: Mapping[int, Mapping[str, float]] = source.process_utilisation()
                 except Exception as err:
                     log.debug("%s: per-process GPU use unavailable: %s", source.name, err)
                     processes = {}
@@ -203,10 +204,9 @@ class Sampler:
                             per_pod.setdefault(uid, {})
                             per_pod[uid][gpu] = per_pod[uid].get(gpu, 0.0) + fraction
                         util[gpu] = min(util.get(gpu, 0.0) + fraction, 1.0)
-            device_util = getattr(source, "utilisation", None)
-            if callable(device_util):
+            if isinstance(source, ReportsUtilisation):
                 try:
-                    util.update({str(k): float(v) for k, v in device_util().items()})
+                    util.update({str(k): float(v) for k, v in source.utilisation().items()})
                 except Exception as err:
                     log.debug("%s: GPU utilisation unavailable: %s", source.name, err)
         return per_pod, other, util
@@ -509,10 +509,9 @@ class Sampler:
             return None
         limits: dict[str, float] = {}
         for source in self.meter.source_objects:
-            power_limits = getattr(source, "power_limits", None)
-            if callable(power_limits):
+            if isinstance(source, ReportsPowerLimits):
                 try:
-                    limits.update({str(k): float(v) for k, v in power_limits().items()})
+                    limits.update({str(k): float(v) for k, v in source.power_limits().items()})
                 except Exception as err:
                     log.debug("%s: GPU power limits unavailable: %s", source.name, err)
         idle, peak = [], []

@@ -28,8 +28,9 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
+from joulesched.measurement.errors import TooManyWindows, UnknownWindow
 from joulesched.measurement.exporters.profile import model_status, profile_document
-from joulesched.measurement.sampler import Sampler, UnknownWindow
+from joulesched.measurement.sampler import Sampler
 from joulesched.measurement.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             window = self.server.sampler.open_window(label)
-        except OverflowError as err:
+        except TooManyWindows as err:
             self._error(HTTPStatus.TOO_MANY_REQUESTS, str(err))
             return
         self._json(

@@ -6,11 +6,20 @@ hardware units (µJ, mW, MSR energy units) stay inside the source: every :class:
 crossing this boundary is an SI float with the time it was taken.
 
 Capabilities are declared (``kind``, ``max_joules``, ``domain``), not discovered by exceptions.
+What only some sources or zones offer is declared as a Protocol below, checked with
+``isinstance`` (never ``getattr``):
+
+* :class:`HasNotes` — ``notes``: what discovery skipped or chose and why (logged at start);
+* :class:`ReportsProcessUtilisation` — ``process_utilisation()``: per process, its share of each
+  GPU (NVML);
+* :class:`ReportsUtilisation` — ``utilisation()``: each device's utilisation (0..1);
+* :class:`ReportsPowerLimits` — ``power_limits()``: each device's enforced power limit (watts);
+* :class:`HasModel` (a zone) — ``model``: the device's model name (a GPU's, for NADIKI).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -61,6 +70,55 @@ class Source(Protocol):
     def zones(self) -> Sequence[Zone]:
         """The zones present now (re-listed periodically: zones can be hot-plugged)."""
         ...
+
+
+# -- optional capabilities ---------------------------------------------------------------------
+
+
+@runtime_checkable
+class HasNotes(Protocol):
+    """A source that says what discovery skipped or chose, and why (the agent logs each note)."""
+
+    @property
+    def notes(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class ReportsProcessUtilisation(Protocol):
+    """A source that knows which processes use its devices (NVML's per-process SM use).
+
+    With it, a device that no process touches is idle (utilisation 0), not unknown.
+    """
+
+    def process_utilisation(self) -> Mapping[int, Mapping[str, float]]:
+        """``{pid: {zone name: share 0..1}}`` since the previous call; may raise (logged, skipped)."""
+        ...
+
+
+@runtime_checkable
+class ReportsUtilisation(Protocol):
+    """A source that reports each device's utilisation directly."""
+
+    def utilisation(self) -> Mapping[str, float]:
+        """``{zone name: utilisation 0..1}`` now; may raise (logged, skipped)."""
+        ...
+
+
+@runtime_checkable
+class ReportsPowerLimits(Protocol):
+    """A source whose devices have a power limit in force (a GPU's enforced limit)."""
+
+    def power_limits(self) -> Mapping[str, float]:
+        """``{zone name: watts}``, read now (an administrator can change it); may raise."""
+        ...
+
+
+@runtime_checkable
+class HasModel(Protocol):
+    """A zone that names the device model it meters (e.g. ``NVIDIA H100 80GB HBM3``)."""
+
+    @property
+    def model(self) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ Otherwise the source is absent, and the message lists the watt sensors it saw so
 reading NAME…`` against a local SDR cache, ``ipmi-sensors --record-ids``), which is a few IPMI
 requests rather than a walk of the whole repository.
 
-Zone: one, ``platform`` (kind ``power``, domain ``platform``), in watts. Options, passwords and the
-way the tools run are those of :mod:`measurement.sources.ipmi_dcmi`.
+Zone: one, ``platform`` (kind ``power``, domain ``platform``), in watts. Options, passwords, the
+way the tools run and the zone are those of :mod:`measurement.sources.ipmi_tools` (shared with
+:mod:`measurement.sources.ipmi_dcmi`); this module keeps the sensor listing, choice and reads.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from joulesched.measurement.errors import SourceAbsent, SourceFailed
-from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
-from joulesched.measurement.sources.ipmi_dcmi import IpmiRunner, IpmiTarget, parse_target
+from joulesched.measurement.sources.base import Roots
+from joulesched.measurement.sources.ipmi_tools import IpmiRunner, IpmiSource, IpmiZone, open_runner
 
 NAME = "ipmi_sdr"
 
@@ -139,36 +140,17 @@ def _names(sensors: Sequence[SensorReading]) -> str:
     return ", ".join(repr(s.name) for s in sensors) if sensors else "none"
 
 
-@dataclass(frozen=True, slots=True)
-class SdrZone:
-    """The whole server's power as the sum of the chosen SDR power sensors."""
-
-    name: str
-    sensors: tuple[str, ...]
-    read_power: Callable[[], tuple[float, float]]
-    domain: str = "platform"
-    kind: ReadingKind = "power"
-    max_joules: float | None = None
-    parent: str | None = None
-
-    def read(self) -> Reading:
-        watts, timestamp = self.read_power()
-        return Reading(watts, timestamp)
-
-
-class IpmiSdr:
-    """Whole-server power from SDR power sensors."""
+class IpmiSdr(IpmiSource):
+    """Whole-server power from SDR power sensors (the zone's ``sensors``, summed)."""
 
     name = NAME
 
     def __init__(self, runner: IpmiRunner, chosen: Sequence[SensorReading], why: str, sdr_cache: str | None) -> None:
-        self.runner = runner
-        self.target: IpmiTarget = runner.target
         self.chosen = list(chosen)
+        super().__init__(runner, IpmiZone("platform", self._read_power, tuple(s.name for s in self.chosen)))
         self.why = why
         self.sdr_cache = sdr_cache
-        self.notes: list[str] = [f"{NAME} ({self.target.describe()}): using {why}"]
-        self._zone = SdrZone("platform", tuple(s.name for s in self.chosen), self._read_power)
+        self.notes.append(f"{NAME} ({self.target.describe()}): using {why}")
 
     def describe(self) -> dict[str, str]:
         return {"tool": self.target.tool, "bmc": self.target.describe(), "sensors": ", ".join(self._zone.sensors)}
@@ -180,18 +162,16 @@ class IpmiSdr:
         return [f"--sdr-cache-directory={self.runner.sdr_cache_dir()}", "--quiet-cache"]
 
     def _read_power(self) -> tuple[float, float]:
-        try:
-            if self.target.tool == "ipmitool":
-                result = self.runner.run([*self._cache_args(), "sensor", "reading", *self._zone.sensors])
-                values = parse_ipmitool_sensor_reading(result.stdout)
-            else:
-                ids = ",".join(s.record for s in self.chosen)
-                result = self.runner.run(
-                    [*self._cache_args(), "--comma-separated-output", "--no-header-output", f"--record-ids={ids}"]
-                )
-                values = {s.name: s.value for s in parse_freeipmi_sensors(result.stdout) if s.value is not None}
-        except SourceAbsent as err:
-            raise SourceFailed(str(err)) from err
+        # a SourceAbsent from the run (the BMC stopped answering the command): the zone reports it as a failure
+        if self.target.tool == "ipmitool":
+            result = self.runner.run([*self._cache_args(), "sensor", "reading", *self._zone.sensors])
+            values = parse_ipmitool_sensor_reading(result.stdout)
+        else:
+            ids = ",".join(s.record for s in self.chosen)
+            result = self.runner.run(
+                [*self._cache_args(), "--comma-separated-output", "--no-header-output", f"--record-ids={ids}"]
+            )
+            values = {s.name: s.value for s in parse_freeipmi_sensors(result.stdout) if s.value is not None}
         missing = [n for n in self._zone.sensors if n not in values]
         if missing:
             raise SourceFailed(
@@ -200,12 +180,6 @@ class IpmiSdr:
                 "and the BMC's sensor list (ipmitool sdr elist full)"
             )
         return sum(values[n] for n in self._zone.sensors), result.midpoint
-
-    def zones(self) -> Sequence[SdrZone]:
-        return [self._zone]
-
-    def close(self) -> None:
-        self.runner.close()
 
 
 def _list_sensors(runner: IpmiRunner) -> tuple[list[SensorReading], str | None]:
@@ -234,14 +208,15 @@ def open_source(options: dict[str, object], roots: Roots, clock: Callable[[], fl
     retries, clock), plus ``sensors`` (list of sensor names whose sum is the server's power;
     default: found by name, see the module docstring).
     """
-    if clock is not None:  # the sampler's clock (the registry passes it), over options["clock"]
-        options = {**options, "clock": clock}
-    target, clock = parse_target(
+    runner = open_runner(
         NAME,
         options,
+        roots,
+        clock,
         default_binaries={"ipmitool": "ipmitool", "freeipmi": "ipmi-sensors"},
         extra_options=frozenset({"sensors"}),
     )
+    target = runner.target
     wanted = options.get("sensors")
     if wanted is not None and (
         not isinstance(wanted, list | tuple) or not wanted or not all(isinstance(n, str) and n for n in wanted)
@@ -249,7 +224,6 @@ def open_source(options: dict[str, object], roots: Roots, clock: Callable[[], fl
         raise SourceFailed(
             f"{NAME}: invalid options — sensors: must be a non-empty list of sensor names, got {wanted!r}"
         )
-    runner = IpmiRunner(NAME, target, clock, roots.dev)
     try:
         runner.check_in_band_device()
         sensors, cache = _list_sensors(runner)
@@ -268,7 +242,6 @@ def open_source(options: dict[str, object], roots: Roots, clock: Callable[[], fl
 __all__ = [
     "NAME",
     "IpmiSdr",
-    "SdrZone",
     "SensorReading",
     "choose_sensors",
     "open_source",

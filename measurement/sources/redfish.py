@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.errors import MeasurementError, SourceAbsent, SourceFailed
 from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 
 NAME = "redfish"
@@ -67,7 +67,9 @@ OPTIONS = frozenset(
 WHOLE_CONTEXTS = frozenset({"Chassis", "SystemBoard", "Rack", "Room", "Upstream", "PowerSupplyBay"})
 
 
-class HttpError(Exception):
+class HttpError(MeasurementError):
+    """A Redfish GET answered with a non-2xx status (turned into SourceAbsent/SourceFailed by the source)."""
+
     def __init__(self, status: int, reason: str, path: str) -> None:
         super().__init__(f"HTTP {status} {reason} for {path}")
         self.status = status

@@ -1,0 +1,18 @@
+"""Errors of the extender package (hierarchy in ``extender/__init__.py``)."""
+
+from __future__ import annotations
+
+
+class ExtenderError(Exception):
+    """Root of every error raised by ``extender``."""
+
+
+class WireError(ExtenderError, ValueError):
+    """A request body that is not a valid extender message; the message names the field."""
+
+
+class BindDisabled(ExtenderError):
+    """The bind verb was called but is not enabled."""
+
+
+__all__ = ["BindDisabled", "ExtenderError", "WireError"]
