@@ -214,7 +214,8 @@ class Spec:
     ``custom`` (structured: read by the owner's own code, here only for the allowed keys and
     the docs). ``key``: the dotted document path below the section when it differs from the
     attribute (``power_cap.headroom``). ``empty_ok``: ``""`` is a valid string. ``shown``: the
-    default as the docs should show it, when the code's default does not say it.
+    default as the docs should show it, when the code's default does not say it. ``between``:
+    out of ``minimum`` .. ``maximum`` reads "must be between A and B" (see :func:`limit_problems`).
     """
 
     kind: Kind
@@ -226,6 +227,7 @@ class Spec:
     choices: tuple[str, ...] | None = None
     empty_ok: bool = False
     shown: str | None = None
+    between: bool = False
 
 
 def setting(
@@ -240,6 +242,7 @@ def setting(
     choices: Iterable[str] | None = None,
     empty_ok: bool = False,
     shown: str | None = None,
+    between: bool = False,
     factory: Callable[[], Any] | None = None,
 ) -> Any:
     """A dataclass field with its :class:`Spec`; the kind follows the default's type unless given."""
@@ -267,6 +270,7 @@ def setting(
         choices=tuple(choices) if choices is not None else None,
         empty_ok=empty_ok,
         shown=shown,
+        between=between,
     )
     metadata = {SPEC: spec}
     if factory is not None:
@@ -299,33 +303,34 @@ def _section_class(f: dataclasses.Field[Any]) -> type[Any]:
 _ZERO: dict[str, Any] = {"number": 0.0, "whole": 0, "integer": 0, "string": "", "boolean": False}
 
 
-def _read_one(check: Checker, body: Mapping[str, Any], key: str, path: str, f: dataclasses.Field[Any], s: Spec) -> Any:
+def _read_one(
+    check: Checker, body: Mapping[str, Any], key: str, path: str, f: dataclasses.Field[Any], s: Spec, limits: bool
+) -> Any:
     default = _default(f)
     wanted: Any = _MISSING if default is _MISSING else default
     value: Any
     if s.kind == "section":
-        return read_settings(_section_class(f), body.get(key), check, _join(path, key))
+        return read_settings(_section_class(f), body.get(key), check, _join(path, key), limits=limits)
     if s.kind == "string":
         if s.empty_ok and body.get(key) == "":
             return ""
-        value = check.string(body, key, path, default=wanted, choices=s.choices)
+        value = check.string(body, key, path, default=wanted, choices=s.choices if limits else None)
     elif s.kind == "boolean":
         return check.boolean(body, key, path, default=bool(default))
     elif s.kind == "integer":
-        value = check.integer(body, key, path, minimum=int(s.minimum or 0), default=default)
+        value = check.integer(body, key, path, minimum=int(s.minimum or 0) if limits else -(2**63), default=default)
     else:
         number = check.number(
             body,
             key,
             path,
             default=float(wanted) if isinstance(wanted, (int, float)) else wanted,
-            minimum=s.minimum,
-            exclusive_minimum=s.exclusive_minimum,
-            maximum=s.maximum,
+            minimum=s.minimum if limits else None,
+            exclusive_minimum=s.exclusive_minimum if limits else None,
+            maximum=s.maximum if limits else None,
         )
         if number is not None and s.kind == "whole" and number != int(number):
-            check.problem(_join(path, key), f"must be a whole number, got {number:g}")
-            number = None
+            check.problem(_join(path, key), f"must be a whole number, got {number:g}")  # read as int() below
         value = number
         if number is not None and (s.kind == "whole" or isinstance(default, int)):
             value = int(number)
@@ -336,11 +341,13 @@ def _read_one(check: Checker, body: Mapping[str, Any], key: str, path: str, f: d
     return value
 
 
-def read_values(cls: type[Any], doc: Any, check: Checker, path: str = "") -> dict[str, Any]:
+def read_values(cls: type[Any], doc: Any, check: Checker, path: str = "", *, limits: bool = True) -> dict[str, Any]:
     """Read every non-custom field of ``cls`` from ``doc``; attribute -> value.
 
     Unknown keys are reported at every level of the document, custom fields' keys included;
-    a value with a problem falls back to its default (the checker holds the problem).
+    a value with a problem falls back to its default (the checker holds the problem). With
+    ``limits=False`` only kinds are checked: bounds and choices are left to
+    :func:`limit_problems` on the built object (configs that are also built in code).
     """
     body = check.mapping(doc, path)
     tree: dict[str, Any] = {}
@@ -360,15 +367,45 @@ def read_values(cls: type[Any], doc: Any, check: Checker, path: str = "") -> dic
                 continue
             f, s = entry
             if s.kind != "custom":
-                values[f.name] = _read_one(check, mapping, name, where, f, s)
+                values[f.name] = _read_one(check, mapping, name, where, f, s, limits)
 
     walk(tree, body, path)
     return values
 
 
-def read_settings(cls: type[T], doc: Any, check: Checker, path: str = "", **given: Any) -> T:
+def read_settings(cls: type[T], doc: Any, check: Checker, path: str = "", *, limits: bool = True, **given: Any) -> T:
     """Parse ``doc`` into the settings dataclass ``cls``; ``given`` supplies the custom fields."""
-    return cls(**read_values(cls, doc, check, path), **given)
+    return cls(**read_values(cls, doc, check, path, limits=limits), **given)
+
+
+def limit_problems(settings: Any, path: str = "") -> list[str]:
+    """The bounds and choices problems of a built settings object, sections included."""
+    problems: list[str] = []
+    for f, s in specs(type(settings)):
+        value = getattr(settings, f.name)
+        where = _join(path, s.key or f.name)
+        if s.kind == "section":
+            problems += limit_problems(value, where)
+            continue
+        if s.kind in ("custom", "boolean") or value is None:
+            continue
+        if s.choices is not None:
+            if value not in s.choices:
+                problems.append(f"{where}: must be one of {', '.join(s.choices)}, got {value!r}")
+            continue
+        if s.kind == "string":
+            continue
+        low, high = s.minimum, s.maximum
+        if s.between and low is not None and high is not None:
+            if not low <= value <= high:
+                problems.append(f"{where}: must be between {low:g} and {high:g}, got {value!r}")
+        elif low is not None and value < low:
+            problems.append(f"{where}: must be >= {low:g}, got {value!r}")
+        elif s.exclusive_minimum is not None and value <= s.exclusive_minimum:
+            problems.append(f"{where}: must be > {s.exclusive_minimum:g}, got {value!r}")
+        elif high is not None and value > high:
+            problems.append(f"{where}: must be <= {high:g}, got {value!r}")
+    return problems
 
 
 def _shown(value: Any) -> str:

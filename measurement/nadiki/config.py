@@ -139,6 +139,8 @@ def parse_provider_config(document: Any, where: str = "nadiki", path: str = "nad
     """Validate the ``nadiki`` section; raise ConfigError listing every problem."""
     c = Checker(where)
     doc = c.mapping(document, path)
+    # as before: any false value (false, 0, [], "") of the two optional files means none
+    doc = {k: ("" if k in ("registrar_token_file", "ca_file") and not v else v) for k, v in doc.items()}
     values = read_values(ProviderConfig, doc, c, path)
     url = values["registrar_url"]
     if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
