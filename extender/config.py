@@ -1,31 +1,10 @@
 """Extender configuration: defaults in code, then the YAML file, then command-line flags.
 
-::
-
-    listen: 0.0.0.0:8888
-    prefix: /scheduler             # verbs live at {prefix}/filter, {prefix}/prioritize, ...
-    max_request_bytes: 33554432    # larger bodies get HTTP 413
-    profiles:
-      source: file                 # file | prometheus
-      file:
-        path: /etc/joulesched/nodes.yaml   # absent: the shipped example cluster
-        reload_seconds: 10
-      prometheus:
-        url: http://prometheus.monitoring:9090
-        cache_seconds: 10
-        timeout_seconds: 2
-    policy: {strategy: carbon, band: 0.5, ...}          # see policy/config.py
-    predicted_load:
-      ttl_seconds: 300             # forget a placement after this long at the latest
-      settle_seconds: 30           # a measurement this long after a placement shows the pod
-      watch_pods: false            # watch pod bindings through the Kubernetes API
-    bind:
-      enabled: false               # serve the bind verb (binds through the Kubernetes API)
-    servers:                       # virtualised clusters: profiles are per physical server
-      label: joulesched.io/server-id   # the node label naming a node's physical server
-      watch_nodes: false           # watch nodes for that label (NodeNames mode needs it)
-    kubeconfig: ""                 # empty: in-cluster config
-    server: {workers: 2, threads: 4, timeout_seconds: 30, keepalive_seconds: 75}
+Each field is declared once below, with its default, bounds and meaning (``setting``); the
+parser and the reference table in docs/configuration.md (``python -m joulesched.configdoc``)
+derive from those declarations. The document nests them by key: ``profiles.{source, file.path,
+file.reload_seconds, prometheus.url, ...}``, ``policy`` (policy/config.py),
+``predicted_load.*``, ``bind.enabled``, ``servers.*``, ``server.*`` (gunicorn).
 """
 
 from __future__ import annotations

@@ -1,39 +1,9 @@
 """The agent's configuration: defaults in code, then a YAML file, then command-line flags.
 
-Every field, with its default::
-
-    node:
-      name: ""                  # Kubernetes node name; "" = this host's name (the DaemonSet passes
-                                #   --node-name $(NODE_NAME) from the downward API)
-      site: ""                  # site name written into /v1/profile (optional)
-      server_id: ""             # physical server id (NADIKI), written into /v1/profile
-      speed: 1.0                # relative throughput per core, written into /v1/profile
-      power_cap_watts: null
-    interval_seconds: 1.0       # sampling interval, 0.1 .. 60
-    roots: {sysfs: /sys, procfs: /proc, cgroup: /sys/fs/cgroup, dev: /dev}
-    sources:
-      order: [rapl_sysfs, ipmi_dcmi, ipmi_sdr, redfish, nvml]   # rapl_msr is opt-in
-      options: {}               # per source, e.g. {redfish: {url: ..., credentials_file: ...}}
-      rescan_seconds: 30        # re-list zones (hot-plug)
-      server_includes_gpus: false   # does the server reading (IPMI/Redfish) include the GPUs?
-    attribution:
-      idle_policy: requests     # requests | bucket
-      pod_retention_seconds: 300    # keep a deleted pod's counters this long
-      cgroup_rescan_seconds: 1.0    # re-list pod cgroups
-    anomaly:
-      max_zone_watts: 10000     # a delta above this × dt is dropped as implausible
-      max_gap_seconds: 30       # a power reading gap longer than this is not integrated
-    model: {window_samples: 900, min_samples: 30, min_spread_cores: 0.5, min_spread_gpu: 0.2}
-    cross_check: {drift: 0.05, window_seconds: 60}
-    kubernetes: {mode: auto, kubeconfig: "", refresh_seconds: 30}   # auto|in-cluster|kubeconfig|off
-    server:
-      listen: 127.0.0.1:9102
-      token_file: ""            # bearer token for the windows API (required off loopback)
-    record: {file: ""}          # JSON lines (gzip when it ends in .gz), see docs/agent.md
-    sites: {file: ""}           # site file (PUE, WUE, carbon intensity, embodied emissions):
-                                #   exported as joulesched_site_* and joulesched_server_* (docs/impact.md)
-    nadiki: null                # provider mode: register with a NADIKI registrar and push energy
-                                #   (measurement/nadiki/config.py, docs/provider.md)
+Each field is declared once below, with its default, bounds and meaning (``setting``); the
+parser, :meth:`AgentConfig.validate` and the reference table in docs/agent.md
+(``python -m joulesched.configdoc``) derive from those declarations. ``nadiki`` is the provider
+section (measurement/nadiki/config.py, docs/provider.md).
 
 Unknown keys, numbers given as strings and out-of-range values are all reported at once, each
 with its dotted path (``attribution.idle_policy: must be one of requests, bucket, got 'even'``).

@@ -416,7 +416,7 @@ def _shown(value: Any) -> str:
     if isinstance(value, str):
         return f"`{value}`" if value else '""'
     if isinstance(value, float):
-        return repr(value)
+        return f"{value:g}"
     if isinstance(value, (tuple, list)):
         return "`[" + ", ".join(str(v) for v in value) + "]`"
     return str(value)
@@ -427,7 +427,9 @@ def _allowed(s: Spec) -> str:
         return ", ".join(f"`{c}`" for c in s.choices)
     if s.kind == "boolean":
         return "true, false"
-    if s.kind in ("string", "custom", "section"):
+    if s.kind == "string":
+        return "text"
+    if s.kind in ("custom", "section"):
         return ""
     low = f"{s.minimum:g}" if s.minimum is not None else None
     if s.exclusive_minimum is not None:
@@ -441,8 +443,8 @@ def _allowed(s: Spec) -> str:
     elif high is not None:
         text = f"<= {high}"
     else:
-        text = "any"
-    return f"{whole}{text}".replace("whole, any", "whole")
+        return "whole number" if whole else "number"
+    return f"{whole}{text}"
 
 
 def settings_rows(cls: type[Any], prefix: str = "") -> list[str]:

@@ -1,16 +1,12 @@
 """Provider-mode configuration: the ``nadiki:`` section of the agent's YAML file.
 
-Every field, with its default (``server`` takes the spec's ``ServerCreate`` names and units)::
+The scalar fields are declared once below with their defaults, bounds and meaning
+(``setting``); the parser and the table in docs/provider.md (``python -m joulesched.configdoc``)
+derive from them. ``fields`` and the ``server`` section are structured and read by their own
+code; an example with every field::
 
     nadiki:
       registrar_url: https://registry.example.com/v1   # required: the NADIKI API base
-      registrar_token_file: ""          # bearer token for the registrar, if it wants one
-      ca_file: ""                       # PEM CA bundle for the registrar and the time-series endpoint
-      state_file: /var/lib/joulesched/nadiki-server.json
-      timeout_s: 10
-      precision: s                      # s | ms | us | ns: the line-protocol timestamps
-      max_gap_s: 300                    # a longer silence restarts the windows
-      max_backlog_lines: 20000          # lines kept while the endpoint is unreachable
       fields:                           # field -> sources in priority order
         server_energy_consumption_joules: [ipmi_dcmi, redfish, ipmi_sdr]
         cpu_energy_consumption_joules: [rapl_sysfs, rapl_msr]
@@ -83,8 +79,7 @@ class ProviderConfig:
 
     registrar_url: str = setting(doc="the API base, e.g. `https://registry.example.com/v1`", kind="string")
     server: ServerDescription = setting(
-        doc="where the server is (`facility_id`, `rack_id`: required), `cooling_type` (`air`), `discover` (true:"
-        " complete the description from the host) and the spec's other `ServerCreate` fields, same names and units",
+        doc="where the server is and what it is: the spec's `ServerCreate` document (below)",
         kind="custom",
         shown="— (required)",
     )
