@@ -108,14 +108,9 @@ class Checker:
         if not math.isfinite(number):
             self.problem(where, f"must be finite, got {value!r}")
             return None
-        if minimum is not None and number < minimum:
-            self.problem(where, f"must be >= {minimum:g}, got {value!r}")
-            return None
-        if exclusive_minimum is not None and number <= exclusive_minimum:
-            self.problem(where, f"must be > {exclusive_minimum:g}, got {value!r}")
-            return None
-        if maximum is not None and number > maximum:
-            self.problem(where, f"must be <= {maximum:g}, got {value!r}")
+        out_of_bounds = _bounds_problem(number, value, minimum, exclusive_minimum, maximum)
+        if out_of_bounds is not None:
+            self.problem(where, out_of_bounds)
             return None
         return number
 
@@ -196,6 +191,19 @@ class Checker:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+def _bounds_problem(
+    number: float, shown: object, minimum: float | None, exclusive_minimum: float | None, maximum: float | None
+) -> str | None:
+    """The first bound ``number`` breaks, as a message (``shown`` is the value as given)."""
+    if minimum is not None and number < minimum:
+        return f"must be >= {minimum:g}, got {shown!r}"
+    if exclusive_minimum is not None and number <= exclusive_minimum:
+        return f"must be > {exclusive_minimum:g}, got {shown!r}"
+    if maximum is not None and number > maximum:
+        return f"must be <= {maximum:g}, got {shown!r}"
+    return None
 
 
 # -- config fields declared once ---------------------------------------------------------------
@@ -399,12 +407,10 @@ def limit_problems(settings: Any, path: str = "") -> list[str]:
         if s.between and low is not None and high is not None:
             if not low <= value <= high:
                 problems.append(f"{where}: must be between {low:g} and {high:g}, got {value!r}")
-        elif low is not None and value < low:
-            problems.append(f"{where}: must be >= {low:g}, got {value!r}")
-        elif s.exclusive_minimum is not None and value <= s.exclusive_minimum:
-            problems.append(f"{where}: must be > {s.exclusive_minimum:g}, got {value!r}")
-        elif high is not None and value > high:
-            problems.append(f"{where}: must be <= {high:g}, got {value!r}")
+            continue
+        message = _bounds_problem(value, value, low, s.exclusive_minimum, high)
+        if message is not None:
+            problems.append(f"{where}: {message}")
     return problems
 
 
