@@ -2,7 +2,7 @@
 
 Each field is declared once below with its default, bounds and meaning; the parser
 (:func:`parse_policy`) and the reference table in docs/configuration.md (``python -m
-joulesched.contracts.configdoc``) are derived from those declarations. ``power_cap_enabled``
+joulesched.configdoc``) are derived from those declarations. ``power_cap_enabled``
 and ``power_cap_headroom`` are read from ``power_cap: {enabled, headroom}``.
 """
 
