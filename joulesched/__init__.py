@@ -1,7 +1,7 @@
 """joulesched: an energy-aware scheduler extender for Kubernetes.
 
-This package holds only the ``joulesched`` command line; the parts live in ``extender``,
-``measurement``, ``policy`` and ``sim``.
+This package holds only the ``joulesched`` command line (and ``configdoc``, which renders the
+config tables in docs/); the parts live in ``extender``, ``measurement``, ``policy`` and ``sim``.
 """
 
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "agent": ("joulesched.measurement.cli", "agent_main", "run the node measurement agent"),
     "measure": ("joulesched.measurement.cli", "measure_main", "run a command and print the energy it used"),
     "sim": ("joulesched.sim.cli", "main", "replay workloads on a modelled cluster and compare policies"),
-    "report": ("joulesched.impact.report", "main", "environmental impact of a namespace, selector or workflow run"),
+    "report": ("joulesched.impact.cli", "main", "environmental impact of a namespace, selector or workflow run"),
     "rules": ("joulesched.impact.rules", "main", "write the Prometheus recording rules and the Grafana dashboard"),
     "bench": ("joulesched.extender.bench", "main", "benchmark the extender against a constant-score floor"),
 }

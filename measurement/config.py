@@ -1,39 +1,9 @@
 """The agent's configuration: defaults in code, then a YAML file, then command-line flags.
 
-Every field, with its default::
-
-    node:
-      name: ""                  # Kubernetes node name; "" = this host's name (the DaemonSet passes
-                                #   --node-name $(NODE_NAME) from the downward API)
-      site: ""                  # site name written into /v1/profile (optional)
-      server_id: ""             # physical server id (NADIKI), written into /v1/profile
-      speed: 1.0                # relative throughput per core, written into /v1/profile
-      power_cap_watts: null
-    interval_seconds: 1.0       # sampling interval, 0.1 .. 60
-    roots: {sysfs: /sys, procfs: /proc, cgroup: /sys/fs/cgroup, dev: /dev}
-    sources:
-      order: [rapl_sysfs, ipmi_dcmi, ipmi_sdr, redfish, nvml]   # rapl_msr is opt-in
-      options: {}               # per source, e.g. {redfish: {url: ..., credentials_file: ...}}
-      rescan_seconds: 30        # re-list zones (hot-plug)
-      server_includes_gpus: false   # does the server reading (IPMI/Redfish) include the GPUs?
-    attribution:
-      idle_policy: requests     # requests | bucket
-      pod_retention_seconds: 300    # keep a deleted pod's counters this long
-      cgroup_rescan_seconds: 1.0    # re-list pod cgroups
-    anomaly:
-      max_zone_watts: 10000     # a delta above this × dt is dropped as implausible
-      max_gap_seconds: 30       # a power reading gap longer than this is not integrated
-    model: {window_samples: 900, min_samples: 30, min_spread_cores: 0.5, min_spread_gpu: 0.2}
-    cross_check: {drift: 0.05, window_seconds: 60}
-    kubernetes: {mode: auto, kubeconfig: "", refresh_seconds: 30}   # auto|in-cluster|kubeconfig|off
-    server:
-      listen: 127.0.0.1:9102
-      token_file: ""            # bearer token for the windows API (required off loopback)
-    record: {file: ""}          # JSON lines (gzip when it ends in .gz), see docs/agent.md
-    sites: {file: ""}           # site file (PUE, WUE, carbon intensity, embodied emissions):
-                                #   exported as joulesched_site_* and joulesched_server_* (docs/impact.md)
-    nadiki: null                # provider mode: register with a NADIKI registrar and push energy
-                                #   (measurement/nadiki/config.py, docs/provider.md)
+Each field is declared once below, with its default, bounds and meaning (``setting``); the
+parser, :meth:`AgentConfig.validate` and the reference table in docs/agent.md
+(``python -m joulesched.configdoc``) derive from those declarations. ``nadiki`` is the provider
+section (measurement/nadiki/config.py, docs/provider.md).
 
 Unknown keys, numbers given as strings and out-of-range values are all reported at once, each
 with its dotted path (``attribution.idle_policy: must be one of requests, bucket, got 'even'``).
@@ -43,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from joulesched.contracts.documents import read_yaml
@@ -52,7 +22,7 @@ from joulesched.measurement.sources.base import Roots
 from joulesched.measurement.sources.registry import DEFAULT_ORDER, SOURCES
 from joulesched.policy.attribution import IDLE_POLICIES
 from joulesched.policy.errors import ConfigError
-from joulesched.policy.validate import Checker
+from joulesched.policy.validate import Checker, limit_problems, read_values, setting
 
 MIN_INTERVAL = 0.1
 MAX_INTERVAL = 60.0
@@ -61,139 +31,139 @@ KUBERNETES_MODES = ("auto", "in-cluster", "kubeconfig", "off")
 
 @dataclass(frozen=True)
 class NodeConfig:
-    name: str = ""
-    site: str = ""
-    server_id: str = ""
-    speed: float = 1.0
-    power_cap_watts: float | None = None
+    name: str = setting(
+        "",
+        "Kubernetes node name (`--node-name`; the DaemonSet passes the downward API's `spec.nodeName`)",
+        empty_ok=True,
+        shown="host name",
+    )
+    site: str = setting("", "site name, written into `/v1/profile` and `joulesched_node_info`", empty_ok=True)
+    server_id: str = setting(
+        "", "physical server id (NADIKI), written into `/v1/profile` and `joulesched_node_info`", empty_ok=True
+    )
+    speed: float = setting(1.0, "relative throughput per core, written into the profile", exclusive_minimum=0)
+    power_cap_watts: float | None = setting(None, "written into the profile", kind="number", exclusive_minimum=0)
 
 
 @dataclass(frozen=True)
 class SourcesConfig:
-    order: tuple[str, ...] = DEFAULT_ORDER
-    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    rescan_seconds: float = 30.0
-    server_includes_gpus: bool = False
+    order: tuple[str, ...] = setting(
+        DEFAULT_ORDER, "sources tried, in this order; add `rapl_msr` to opt in", kind="custom"
+    )
+    options: Mapping[str, Mapping[str, Any]] = setting(
+        doc="each source's options ([sources.md](sources.md)), by source name", kind="custom", factory=dict, shown="{}"
+    )
+    rescan_seconds: float = setting(30.0, "re-list zones; full pod rescan", minimum=1)
+    server_includes_gpus: bool = setting(False, "does the server reading (IPMI/Redfish) include the GPUs?")
 
 
 @dataclass(frozen=True)
 class AttributionConfig:
-    idle_policy: str = "requests"
-    pod_retention_seconds: float = 300.0
-    cgroup_rescan_seconds: float = 1.0
+    idle_policy: str = setting("requests", "who pays for idle power", choices=IDLE_POLICIES, empty_ok=True)
+    pod_retention_seconds: float = setting(300.0, "keep a deleted pod's series this long", minimum=0)
+    cgroup_rescan_seconds: float = setting(1.0, "look for new or deleted pods", exclusive_minimum=0)
 
 
 @dataclass(frozen=True)
 class AnomalyConfig:
-    max_zone_watts: float = 10_000.0
-    max_gap_seconds: float = 30.0
+    max_zone_watts: float = setting(10_000.0, "a zone delta above this × dt is dropped", exclusive_minimum=0)
+    max_gap_seconds: float = setting(
+        30.0, "a power-reading gap longer than this is not integrated; >= `interval_seconds`"
+    )
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    window_samples: int = 900
-    min_samples: int = 30
-    min_spread_cores: float = 0.5
-    min_spread_gpu: float = 0.2
+    window_samples: int = setting(900, "rolling fit window (15 min at 1 s)", minimum=2)
+    min_samples: int = setting(30, "samples before a fit; 2 … `window_samples`")
+    min_spread_cores: float = setting(0.5, "load spread (cores) needed for a CPU slope", minimum=0)
+    min_spread_gpu: float = setting(0.2, "load spread needed for a GPU slope", minimum=0, maximum=1, between=True)
 
 
 @dataclass(frozen=True)
 class CrossCheckConfig:
-    drift: float = 0.05
-    window_seconds: float = 60.0
+    drift: float = setting(0.05, "cross-check threshold; between 0 and 1, exclusive")
+    window_seconds: float = setting(60.0, "cross-check window; >= `interval_seconds`")
 
 
 @dataclass(frozen=True)
 class KubernetesConfig:
-    mode: str = "auto"
-    kubeconfig: str = ""
-    refresh_seconds: float = 30.0
+    mode: str = setting("auto", "how pods are named (quote `\"off\"` in YAML)", choices=KUBERNETES_MODES, empty_ok=True)
+    kubeconfig: str = setting("", "required for `kubeconfig`", empty_ok=True)
+    refresh_seconds: float = setting(30.0, "pod list refresh", minimum=1)
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    listen: str = "127.0.0.1:9102"
-    token_file: str = ""
+    listen: str = setting("127.0.0.1:9102", "`--listen`; `:9102` for all interfaces", empty_ok=True)
+    token_file: str = setting("", "bearer token for the windows API (required off loopback)", empty_ok=True)
 
 
 @dataclass(frozen=True)
 class AgentConfig:
-    node: NodeConfig = field(default_factory=NodeConfig)
-    interval_seconds: float = 1.0
-    roots: Roots = field(default_factory=Roots)
-    sources: SourcesConfig = field(default_factory=SourcesConfig)
-    attribution: AttributionConfig = field(default_factory=AttributionConfig)
-    anomaly: AnomalyConfig = field(default_factory=AnomalyConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    cross_check: CrossCheckConfig = field(default_factory=CrossCheckConfig)
-    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
-    server: ServerConfig = field(default_factory=ServerConfig)
-    record_file: str = ""
-    site_file: str = ""
-    nadiki: ProviderConfig | None = None
+    """Every field once, with its default, bounds and meaning: :func:`parse_agent_config`,
+    :meth:`validate` and the table in docs/agent.md derive from these. ``roots`` (the sources'
+    ``Roots``), ``sources.order``, ``sources.options`` and ``nadiki`` are structured and read by
+    their own code in :func:`parse_agent_config`; cross-field rules are in :meth:`validate`."""
+
+    node: NodeConfig = setting(doc="", factory=NodeConfig)
+    interval_seconds: float = setting(
+        1.0, "sampling interval (`--interval`)", minimum=MIN_INTERVAL, maximum=MAX_INTERVAL, between=True
+    )
+    roots: Roots = setting(
+        doc="the host trees `sysfs`, `procfs`, `cgroup`, `dev` (`--sysfs-root` …)",
+        kind="custom",
+        factory=Roots,
+        shown="`/sys`, `/proc`, `/sys/fs/cgroup`, `/dev`",
+    )
+    sources: SourcesConfig = setting(doc="", factory=SourcesConfig)
+    attribution: AttributionConfig = setting(doc="", factory=AttributionConfig)
+    anomaly: AnomalyConfig = setting(doc="", factory=AnomalyConfig)
+    model: ModelConfig = setting(doc="", factory=ModelConfig)
+    cross_check: CrossCheckConfig = setting(doc="", factory=CrossCheckConfig)
+    kubernetes: KubernetesConfig = setting(doc="", factory=KubernetesConfig)
+    server: ServerConfig = setting(doc="", factory=ServerConfig)
+    record_file: str = setting("", "`--record`: JSON lines, see below", key="record.file", empty_ok=True)
+    site_file: str = setting(
+        "",
+        "site file ([impact.md](impact.md)): exports this node's `joulesched_site_*` and `joulesched_server_*` gauges",
+        key="sites.file",
+        empty_ok=True,
+    )
+    nadiki: ProviderConfig | None = setting(
+        None,
+        "provider mode: register this physical server with a NADIKI registrar and push its energy counters"
+        " ([provider.md](provider.md)); registration is retried every 60 s while the registrar fails,"
+        " sampling and `/metrics` go on meanwhile",
+        kind="custom",
+    )
 
     def validate(self) -> list[str]:
         """Every problem of this configuration, each with its dotted path (empty when valid)."""
-        problems: list[str] = []
+        # bounds and choices declared with the fields, then the rules between fields
+        problems: list[str] = limit_problems(self)
 
         def need(ok: bool, path: str, message: str) -> None:
             if not ok:
                 problems.append(f"{path}: {message}")
 
         i = self.interval_seconds
-        need(
-            MIN_INTERVAL <= i <= MAX_INTERVAL,
-            "interval_seconds",
-            f"must be between {MIN_INTERVAL:g} and {MAX_INTERVAL:g}, got {i!r}",
-        )
-        need(self.node.speed > 0, "node.speed", f"must be > 0, got {self.node.speed!r}")
-        cap = self.node.power_cap_watts
-        need(cap is None or cap > 0, "node.power_cap_watts", f"must be > 0, got {cap!r}")
         for name in self.sources.order:
             need(name in SOURCES, "sources.order", f"unknown source {name!r} (known: {', '.join(sorted(SOURCES))})")
         need(len(set(self.sources.order)) == len(self.sources.order), "sources.order", "lists a source twice")
         for name in self.sources.options:
             need(name in SOURCES, f"sources.options.{name}", f"unknown source (known: {', '.join(sorted(SOURCES))})")
         need(
-            self.sources.rescan_seconds >= 1,
-            "sources.rescan_seconds",
-            f"must be >= 1, got {self.sources.rescan_seconds!r}",
-        )
-        a = self.attribution
-        need(
-            a.idle_policy in IDLE_POLICIES,
-            "attribution.idle_policy",
-            f"must be one of {', '.join(IDLE_POLICIES)}, got {a.idle_policy!r}",
-        )
-        need(
-            a.pod_retention_seconds >= 0,
-            "attribution.pod_retention_seconds",
-            f"must be >= 0, got {a.pod_retention_seconds!r}",
-        )
-        need(
-            a.cgroup_rescan_seconds > 0,
-            "attribution.cgroup_rescan_seconds",
-            f"must be > 0, got {a.cgroup_rescan_seconds!r}",
-        )
-        need(
-            self.anomaly.max_zone_watts > 0,
-            "anomaly.max_zone_watts",
-            f"must be > 0, got {self.anomaly.max_zone_watts!r}",
-        )
-        need(
             self.anomaly.max_gap_seconds >= i,
             "anomaly.max_gap_seconds",
             f"must be >= interval_seconds ({i:g}), got {self.anomaly.max_gap_seconds!r}",
         )
         m = self.model
-        need(m.window_samples >= 2, "model.window_samples", f"must be >= 2, got {m.window_samples!r}")
         need(
             2 <= m.min_samples <= max(m.window_samples, 2),
             "model.min_samples",
             f"must be between 2 and window_samples, got {m.min_samples!r}",
         )
-        need(m.min_spread_cores >= 0, "model.min_spread_cores", f"must be >= 0, got {m.min_spread_cores!r}")
-        need(0 <= m.min_spread_gpu <= 1, "model.min_spread_gpu", f"must be between 0 and 1, got {m.min_spread_gpu!r}")
         need(
             0 < self.cross_check.drift < 1,
             "cross_check.drift",
@@ -206,16 +176,10 @@ class AgentConfig:
         )
         k = self.kubernetes
         need(
-            k.mode in KUBERNETES_MODES,
-            "kubernetes.mode",
-            f"must be one of {', '.join(KUBERNETES_MODES)}, got {k.mode!r}",
-        )
-        need(
             k.mode != "kubeconfig" or bool(k.kubeconfig),
             "kubernetes.kubeconfig",
             "is required when kubernetes.mode is kubeconfig",
         )
-        need(k.refresh_seconds >= 1, "kubernetes.refresh_seconds", f"must be >= 1, got {k.refresh_seconds!r}")
         try:
             parse_listen(self.server.listen)
         except ValueError as err:
@@ -253,62 +217,36 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-_TOP = (
-    "node",
-    "interval_seconds",
-    "roots",
-    "sources",
-    "attribution",
-    "anomaly",
-    "model",
-    "cross_check",
-    "kubernetes",
-    "server",
-    "record",
-    "sites",
-    "nadiki",
-)
-
-
 def parse_agent_config(doc: Any, where: str = "agent config") -> AgentConfig:
     """Build an AgentConfig from a mapping; raise ConfigError listing every problem."""
     check = Checker(where)
-    d = AgentConfig()
     root = check.mapping(doc, "")
-    check.unknown_keys(root, _TOP, "")
+    kube = root.get("kubernetes")
+    if isinstance(kube, Mapping) and kube.get("mode") is False:  # YAML 1.1 reads a bare off as false
+        check.problem("kubernetes.mode", 'YAML read the bare word off as false: quote it (mode: "off")')
+        root = {**root, "kubernetes": {key: value for key, value in kube.items() if key != "mode"}}
+    # kinds here; bounds and choices in validate(), which also checks configs built in code
+    values = read_values(AgentConfig, root, check, "", limits=False)
 
-    def section(name: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
-        body = check.mapping(root.get(name), name)
-        check.unknown_keys(body, allowed, name)
-        return body
+    # Bespoke: the structured parts (Roots belongs to the sources; order is a list, options a
+    # mapping of mappings, nadiki a document of its own).
+    d = AgentConfig()
+    r = check.mapping(root.get("roots"), "roots")
+    check.unknown_keys(r, ("sysfs", "procfs", "cgroup", "dev"), "roots")
 
-    def num(body: Mapping[str, Any], key: str, path: str, default: float | None) -> Any:
-        value = check.number(body, key, path, default=default)
-        return default if value is None else value
-
-    def text(body: Mapping[str, Any], key: str, path: str, default: str) -> str:
-        value = body.get(key)
+    def text(key: str, default: str) -> str:
+        value = r.get(key)
         if value == "":
             return ""
-        return check.string(body, key, path, default=default) or default
+        return check.string(r, key, "roots", default=default) or default
 
-    n = section("node", ("name", "site", "server_id", "speed", "power_cap_watts"))
-    node = NodeConfig(
-        name=text(n, "name", "node", d.node.name),
-        site=text(n, "site", "node", d.node.site),
-        server_id=text(n, "server_id", "node", d.node.server_id),
-        speed=num(n, "speed", "node", d.node.speed),
-        power_cap_watts=num(n, "power_cap_watts", "node", None),
-    )
-    interval = num(root, "interval_seconds", "", d.interval_seconds)
-    r = section("roots", ("sysfs", "procfs", "cgroup", "dev"))
     roots = Roots(
-        sysfs=text(r, "sysfs", "roots", d.roots.sysfs),
-        procfs=text(r, "procfs", "roots", d.roots.procfs),
-        cgroup=text(r, "cgroup", "roots", d.roots.cgroup),
-        dev=text(r, "dev", "roots", d.roots.dev),
+        sysfs=text("sysfs", d.roots.sysfs),
+        procfs=text("procfs", d.roots.procfs),
+        cgroup=text("cgroup", d.roots.cgroup),
+        dev=text("dev", d.roots.dev),
     )
-    s = section("sources", ("order", "options", "rescan_seconds", "server_includes_gpus"))
+    s = check.mapping(root.get("sources"), "sources")
     order = d.sources.order
     if "order" in s:
         raw = s["order"]
@@ -320,58 +258,6 @@ def parse_agent_config(doc: Any, where: str = "agent config") -> AgentConfig:
     options: dict[str, Mapping[str, Any]] = {}
     for name, body in options_raw.items():
         options[str(name)] = dict(check.mapping(body, f"sources.options.{name}"))
-    sources = SourcesConfig(
-        order=order,
-        options=options,
-        rescan_seconds=num(s, "rescan_seconds", "sources", d.sources.rescan_seconds),
-        server_includes_gpus=check.boolean(
-            s, "server_includes_gpus", "sources", default=d.sources.server_includes_gpus
-        ),
-    )
-    a = section("attribution", ("idle_policy", "pod_retention_seconds", "cgroup_rescan_seconds"))
-    attribution = AttributionConfig(
-        idle_policy=text(a, "idle_policy", "attribution", d.attribution.idle_policy),
-        pod_retention_seconds=num(a, "pod_retention_seconds", "attribution", d.attribution.pod_retention_seconds),
-        cgroup_rescan_seconds=num(a, "cgroup_rescan_seconds", "attribution", d.attribution.cgroup_rescan_seconds),
-    )
-    an = section("anomaly", ("max_zone_watts", "max_gap_seconds"))
-    anomaly = AnomalyConfig(
-        max_zone_watts=num(an, "max_zone_watts", "anomaly", d.anomaly.max_zone_watts),
-        max_gap_seconds=num(an, "max_gap_seconds", "anomaly", d.anomaly.max_gap_seconds),
-    )
-    m = section("model", ("window_samples", "min_samples", "min_spread_cores", "min_spread_gpu"))
-    window = num(m, "window_samples", "model", d.model.window_samples)
-    min_samples = num(m, "min_samples", "model", d.model.min_samples)
-    for key, value in (("window_samples", window), ("min_samples", min_samples)):
-        if value != int(value):
-            check.problem(f"model.{key}", f"must be a whole number, got {value!r}")
-    model = ModelConfig(
-        window_samples=int(window),
-        min_samples=int(min_samples),
-        min_spread_cores=num(m, "min_spread_cores", "model", d.model.min_spread_cores),
-        min_spread_gpu=num(m, "min_spread_gpu", "model", d.model.min_spread_gpu),
-    )
-    c = section("cross_check", ("drift", "window_seconds"))
-    cross = CrossCheckConfig(
-        drift=num(c, "drift", "cross_check", d.cross_check.drift),
-        window_seconds=num(c, "window_seconds", "cross_check", d.cross_check.window_seconds),
-    )
-    k = section("kubernetes", ("mode", "kubeconfig", "refresh_seconds"))
-    if k.get("mode") is False:  # YAML 1.1 reads a bare off as false
-        check.problem("kubernetes.mode", 'YAML read the bare word off as false: quote it (mode: "off")')
-        k = {key: value for key, value in k.items() if key != "mode"}
-    kube = KubernetesConfig(
-        mode=text(k, "mode", "kubernetes", d.kubernetes.mode),
-        kubeconfig=text(k, "kubeconfig", "kubernetes", d.kubernetes.kubeconfig),
-        refresh_seconds=num(k, "refresh_seconds", "kubernetes", d.kubernetes.refresh_seconds),
-    )
-    sv = section("server", ("listen", "token_file"))
-    server = ServerConfig(
-        listen=text(sv, "listen", "server", d.server.listen),
-        token_file=text(sv, "token_file", "server", d.server.token_file),
-    )
-    rec = section("record", ("file",))
-    sites = section("sites", ("file",))
     nadiki = None
     if root.get("nadiki") is not None:
         try:
@@ -379,18 +265,8 @@ def parse_agent_config(doc: Any, where: str = "agent config") -> AgentConfig:
         except ConfigError as err:
             check.problems.extend(err.problems)
     config = AgentConfig(
-        node=node,
-        interval_seconds=interval,
+        **{**values, "sources": replace(values["sources"], order=order, options=options)},
         roots=roots,
-        sources=sources,
-        attribution=attribution,
-        anomaly=anomaly,
-        model=model,
-        cross_check=cross,
-        kubernetes=kube,
-        server=server,
-        record_file=text(rec, "file", "record", d.record_file),
-        site_file=text(sites, "file", "sites", d.site_file),
         nadiki=nadiki,
     )
     # Fields with a type problem fell back to their (valid) defaults, so validate() adds only

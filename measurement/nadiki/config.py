@@ -1,16 +1,12 @@
 """Provider-mode configuration: the ``nadiki:`` section of the agent's YAML file.
 
-Every field, with its default (``server`` takes the spec's ``ServerCreate`` names and units)::
+The scalar fields are declared once below with their defaults, bounds and meaning
+(``setting``); the parser and the table in docs/provider.md (``python -m joulesched.configdoc``)
+derive from them. ``fields`` and the ``server`` section are structured and read by their own
+code; an example with every field::
 
     nadiki:
       registrar_url: https://registry.example.com/v1   # required: the NADIKI API base
-      registrar_token_file: ""          # bearer token for the registrar, if it wants one
-      ca_file: ""                       # PEM CA bundle for the registrar and the time-series endpoint
-      state_file: /var/lib/joulesched/nadiki-server.json
-      timeout_s: 10
-      precision: s                      # s | ms | us | ns: the line-protocol timestamps
-      max_gap_s: 300                    # a longer silence restarts the windows
-      max_backlog_lines: 20000          # lines kept while the endpoint is unreachable
       fields:                           # field -> sources in priority order
         server_energy_consumption_joules: [ipmi_dcmi, redfish, ipmi_sdr]
         cpu_energy_consumption_joules: [rapl_sysfs, rapl_msr]
@@ -38,7 +34,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from joulesched.measurement.nadiki.lineprotocol import PRECISIONS
@@ -49,25 +45,13 @@ from joulesched.measurement.nadiki.model import (
     ServerDescription,
     StorageDevice,
 )
-from joulesched.policy.validate import Checker
+from joulesched.policy.validate import Checker, read_values, setting
 
 DEFAULT_STATE_FILE = "/var/lib/joulesched/nadiki-server.json"
 DEFAULT_FIELDS: Mapping[str, tuple[str, ...]] = {
     "server_energy_consumption_joules": ("ipmi_dcmi", "redfish", "ipmi_sdr"),
     "cpu_energy_consumption_joules": ("rapl_sysfs", "rapl_msr"),
 }
-TOP_KEYS = (
-    "registrar_url",
-    "registrar_token_file",
-    "ca_file",
-    "state_file",
-    "timeout_s",
-    "precision",
-    "max_gap_s",
-    "max_backlog_lines",
-    "fields",
-    "server",
-)
 SERVER_KEYS = (
     "facility_id",
     "rack_id",
@@ -89,32 +73,33 @@ SERVER_KEYS = (
 
 @dataclass(frozen=True)
 class ProviderConfig:
-    registrar_url: str
-    server: ServerDescription
-    discover: bool = True
-    registrar_token_file: str = ""
-    ca_file: str = ""
-    state_file: str = DEFAULT_STATE_FILE
-    timeout_s: float = 10.0
-    precision: str = "s"
-    max_gap_s: float = 300.0
-    max_backlog_lines: int = 20_000
-    fields: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_FIELDS))
+    """The scalar fields are declared once with :func:`setting` (read by ``read_values``, listed
+    in docs/provider.md); ``fields`` (a mapping of lists) and ``server`` (the spec's nested
+    ``ServerCreate`` document, with ``discover``) are structured and read by the code below."""
 
-
-def _integer(
-    c: Checker, doc: Mapping[str, Any], key: str, path: str, minimum: int, default: int | None = None
-) -> int | None:
-    value = doc.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        c.problem(f"{path}.{key}", f"must be an integer, got {value!r}")
-        return None
-    if value < minimum:
-        c.problem(f"{path}.{key}", f"must be >= {minimum}, got {value}")
-        return None
-    return value
+    registrar_url: str = setting(doc="the API base, e.g. `https://registry.example.com/v1`", kind="string")
+    server: ServerDescription = setting(
+        doc="where the server is and what it is: the spec's `ServerCreate` document (below)",
+        kind="custom",
+        shown="— (required)",
+    )
+    discover: bool = True  # server.discover, read with the server section
+    registrar_token_file: str = setting(
+        "", "bearer token for the registrar (the spec defines no auth scheme)", empty_ok=True, shown="none"
+    )
+    ca_file: str = setting(
+        "", "CA bundle for the registrar and the time-series endpoint", empty_ok=True, shown="system store"
+    )
+    state_file: str = setting(DEFAULT_STATE_FILE, "the registered id and config")
+    timeout_s: float = setting(10.0, "per HTTP request", exclusive_minimum=0, maximum=300)
+    precision: str = setting("s", "line-protocol timestamps", choices=PRECISIONS)
+    max_gap_s: float = setting(300.0, "a longer silence of a source restarts its windows", exclusive_minimum=0)
+    max_backlog_lines: int = setting(
+        20_000, "lines kept while the endpoint is unreachable", kind="integer", minimum=1
+    )
+    fields: Mapping[str, tuple[str, ...]] = setting(
+        doc="field → sources in priority order", kind="custom", factory=lambda: dict(DEFAULT_FIELDS), shown="see above"
+    )
 
 
 def _processors(c: Checker, doc: Mapping[str, Any], key: str, path: str, cores: bool) -> tuple[Processor, ...]:
@@ -125,7 +110,7 @@ def _processors(c: Checker, doc: Mapping[str, Any], key: str, path: str, cores: 
         allowed = ("vendor", "type", "physical_core_count") if cores else ("vendor", "type")
         c.unknown_keys(entry, allowed, where)
         vendor, kind = c.string(entry, "vendor", where), c.string(entry, "type", where)
-        count = _integer(c, entry, "physical_core_count", where, 1) if cores else None
+        count = c.integer(entry, "physical_core_count", where, minimum=1) if cores else None
         if vendor and kind:
             out.append(Processor(vendor, kind, count))
     return tuple(out)
@@ -149,18 +134,15 @@ def parse_provider_config(document: Any, where: str = "nadiki", path: str = "nad
     """Validate the ``nadiki`` section; raise ConfigError listing every problem."""
     c = Checker(where)
     doc = c.mapping(document, path)
-    c.unknown_keys(doc, TOP_KEYS, path)
-    url = c.string(doc, "registrar_url", path)
-    if url is not None and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+    # as before: any false value (false, 0, [], "") of the two optional files means none
+    doc = {k: ("" if k in ("registrar_token_file", "ca_file") and not v else v) for k, v in doc.items()}
+    values = read_values(ProviderConfig, doc, c, path)
+    url = values["registrar_url"]
+    if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         c.problem(f"{path}.registrar_url", f"must be an http(s) URL, got {url!r}")
-    token_file = c.string(doc, "registrar_token_file", path, default="") if doc.get("registrar_token_file") else ""
-    ca_file = c.string(doc, "ca_file", path, default="") if doc.get("ca_file") else ""
-    state_file = c.string(doc, "state_file", path, default=DEFAULT_STATE_FILE)
-    timeout_s = c.number(doc, "timeout_s", path, default=10.0, exclusive_minimum=0, maximum=300)
-    precision = c.string(doc, "precision", path, default="s", choices=PRECISIONS)
-    max_gap_s = c.number(doc, "max_gap_s", path, default=300.0, exclusive_minimum=0)
-    backlog = _integer(c, doc, "max_backlog_lines", path, 1, default=20_000)
 
+    # Bespoke: ``fields`` (a mapping of source lists) and ``server`` (the spec's nested
+    # ServerCreate document with lists of processors and storage devices) are structured.
     fields: dict[str, tuple[str, ...]] = dict(DEFAULT_FIELDS)
     if doc.get("fields") is not None:
         fields = {}
@@ -191,11 +173,11 @@ def parse_provider_config(document: Any, where: str = "nadiki", path: str = "nad
         rack_id=rack or "",
         cooling_type=cooling or "air",
         rated_power=rated_power,
-        total_cpu_sockets=_integer(c, server, "total_cpu_sockets", spath, 1),
+        total_cpu_sockets=c.integer(server, "total_cpu_sockets", spath, minimum=1),
         installed_cpus=_processors(c, server, "installed_cpus", spath, cores=True),
-        number_of_psus=_integer(c, server, "number_of_psus", spath, 1),
-        total_installed_memory=_integer(c, server, "total_installed_memory", spath, 0),
-        number_of_memory_units=_integer(c, server, "number_of_memory_units", spath, 0),
+        number_of_psus=c.integer(server, "number_of_psus", spath, minimum=1),
+        total_installed_memory=c.integer(server, "total_installed_memory", spath, minimum=0),
+        number_of_memory_units=c.integer(server, "number_of_memory_units", spath, minimum=0),
         storage_devices=_storage(c, server, spath),
         installed_gpus=_processors(c, server, "installed_gpus", spath, cores=False),
         installed_fpgas=_processors(c, server, "installed_fpgas", spath, cores=False),
@@ -203,19 +185,7 @@ def parse_provider_config(document: Any, where: str = "nadiki", path: str = "nad
         description=description_text,
     )
     c.raise_if_any()
-    return ProviderConfig(
-        registrar_url=str(url),
-        server=description,
-        discover=discover,
-        registrar_token_file=token_file or "",
-        ca_file=ca_file or "",
-        state_file=state_file or DEFAULT_STATE_FILE,
-        timeout_s=float(timeout_s or 10.0),
-        precision=precision or "s",
-        max_gap_s=float(max_gap_s or 300.0),
-        max_backlog_lines=backlog or 20_000,
-        fields=fields,
-    )
+    return ProviderConfig(**values, server=description, discover=discover, fields=fields)
 
 
 __all__ = ["DEFAULT_FIELDS", "DEFAULT_STATE_FILE", "ProviderConfig", "parse_provider_config"]

@@ -19,8 +19,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import cluster
-from cluster import ClusterError, ControlPlane
+import binaries
+from cluster import ControlPlane
+from processes import ClusterError
 
 E2E_DIR = Path(__file__).resolve().parent
 
@@ -64,16 +65,16 @@ def k8s_bin_dir() -> Path:
             if not os.access(d / b, os.X_OK):
                 _missing(f"{d / b} (from JOULESCHED_K8S_BIN_DIR)")
         return d
-    if cluster.find_go() is None:
+    if binaries.find_go() is None:
         # The build script returns a cache hit without needing Go.
         try:
-            return cluster.build_k8s()
+            return binaries.build_k8s()
         except ClusterError:
             if in_ci():
                 _missing("go (needed to build kube-apiserver/kube-scheduler; CI is set)")
             pytest.skip("Go is not installed and CI is not set: skipping e2e tests")
     try:
-        return cluster.build_k8s()
+        return binaries.build_k8s()
     except ClusterError as e:
         pytest.fail(f"building Kubernetes binaries failed: {e}", pytrace=False)
 

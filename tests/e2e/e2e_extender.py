@@ -1,7 +1,7 @@
 """Helpers for the e2e tests that run joulesched's extender against the real kube-scheduler.
 
 * :class:`ExtenderProcess` runs ``python -m joulesched extender --config CFG --listen
-  127.0.0.1:PORT`` (gunicorn, as deployed) as a :class:`cluster.ManagedProcess`: own
+  127.0.0.1:PORT`` (gunicorn, as deployed) as a :class:`processes.ManagedProcess`: own
   session, log file, stopped by PID, killed if pytest dies. Its config points
   ``profiles.file.path`` at a profile document written for the test's nodes.
 * :func:`deploy_extender_entry` / :func:`energy_scheduler_config` build a scheduler config
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cluster import REPO_ROOT, ClusterError, ManagedProcess, _wait_until, free_port
+from binaries import REPO_ROOT
+from processes import ClusterError, ManagedProcess, _wait_until, free_port
 
 DEPLOY = REPO_ROOT / "deploy"
 DEPLOY_SCHEDULER_CONFIG = DEPLOY / "scheduler" / "scheduler-config.yaml"

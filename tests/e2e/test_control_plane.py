@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from cluster import ControlPlane, live_pids, pid_alive
+from cluster import ControlPlane
+from processes import live_pids, pid_alive
 
 TESTDATA = Path(__file__).resolve().parent / "testdata"
 PINNED_VERSION = "v1.37.2"

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import REPO_ROOT, ClusterError, ControlPlane
+from binaries import REPO_ROOT
+from cluster import ControlPlane
 from e2e_extender import (
     DEPLOY_EXTENDER_CONFIG,
     DEPLOY_SCHEDULER_CONFIG,
@@ -31,6 +32,7 @@ from e2e_extender import (
     deploy_scheduler_config,
     node_profile,
 )
+from processes import ClusterError
 
 from joulesched.extender.config import parse_config
 

@@ -23,7 +23,6 @@ import time
 import uuid
 
 import pytest
-from cluster import free_port
 from e2e_extender import (
     EFFICIENT_CURVE,
     INEFFICIENT_CURVE,
@@ -34,6 +33,7 @@ from e2e_extender import (
     node_profile,
     stays_pending,
 )
+from processes import free_port
 
 SKIPPED = "Skipping extender as it returned error and has ignorable flag set"
 

@@ -91,7 +91,7 @@ def test_every_pod_reaches_the_best_nodes_with_the_shipped_percentage(
         shipped, shipped_nodes = run_burst(
             control_plane, scheduler_factory, extender, e2e_namespace, names, selector, percentage=100
         )
-        adaptive, adaptive_nodes = run_burst(
+        adaptive, _ = run_burst(
             control_plane, scheduler_factory, extender, e2e_namespace, names, selector, percentage=None
         )
     finally:

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from joulesched import cli
-from joulesched.impact import report
-from joulesched.impact.report import Fetched, ReportError, Scope
+from joulesched.impact import cli as report_cli
+from joulesched.impact import output, query, report
+from joulesched.impact.query import Fetched, ReportError, Scope
 
 T0 = 1654041600.0
 NAN = np.nan
@@ -23,25 +24,25 @@ NAN = np.nan
     [("90s", 90), ("5m", 300), ("1h30m", 5400), ("2d", 172800), ("60", 60), ("1.5h", 5400), ("250ms", 0.25)],
 )
 def test_durations(text: str, seconds: float) -> None:
-    assert report.parse_duration(text) == seconds
+    assert report_cli.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "5 minutes", "-5m", "0s", "1h-3m"])
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ReportError):
-        report.parse_duration(text)
+        report_cli.parse_duration(text)
 
 
 def test_times() -> None:
     now = T0 + 7200
-    assert report.parse_time("2022-06-01T00:00:00Z", now) == T0
-    assert report.parse_time("2022-06-01T00:00:00", now) == T0  # naive is UTC
-    assert report.parse_time("2022-06-01T02:00:00+02:00", now) == T0
-    assert report.parse_time(str(T0), now) == T0
-    assert report.parse_time("now", now) == now
-    assert report.parse_time("now-2h", now) == T0
+    assert report_cli.parse_time("2022-06-01T00:00:00Z", now) == T0
+    assert report_cli.parse_time("2022-06-01T00:00:00", now) == T0  # naive is UTC
+    assert report_cli.parse_time("2022-06-01T02:00:00+02:00", now) == T0
+    assert report_cli.parse_time(str(T0), now) == T0
+    assert report_cli.parse_time("now", now) == now
+    assert report_cli.parse_time("now-2h", now) == T0
     with pytest.raises(ReportError, match="is not a time"):
-        report.parse_time("last tuesday", now)
+        report_cli.parse_time("last tuesday", now)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_times() -> None:
     ],
 )
 def test_pod_labels_as_kube_state_metrics_names_them(key: str, label: str) -> None:
-    assert report.ksm_label(key) == label
+    assert query.ksm_label(key) == label
 
 
 @pytest.mark.parametrize(
@@ -71,13 +72,13 @@ def test_pod_labels_as_kube_state_metrics_names_them(key: str, label: str) -> No
     ],
 )
 def test_label_selectors_become_promql_matchers(selector: str, matchers: list[str]) -> None:
-    assert report.selector_matchers(selector) == matchers
+    assert query.selector_matchers(selector) == matchers
 
 
 @pytest.mark.parametrize("selector", ["", "a b=c", "=x"])
 def test_bad_selectors(selector: str) -> None:
     with pytest.raises(ReportError):
-        report.selector_matchers(selector)
+        query.selector_matchers(selector)
 
 
 def fetched() -> Fetched:
@@ -152,19 +153,19 @@ def test_a_node_with_two_sites_at_once_has_no_site() -> None:
 
 def test_table_csv_json_and_chart(tmp_path: Path) -> None:
     rep = report.build_report(fetched(), Scope(namespace="shop"), T0, "pod", "hour", 0.05)
-    table = report.render_table(rep)
+    table = output.render_table(rep)
     assert "joulesched report: namespace shop" in table and "TOTAL" in table
     assert "idle policy bucket, requests" in table
     assert "3 pod-steps had energy but no site factors" in table
     assert "idle policy 'bucket'" in table
-    rows = list(csv.DictReader(io.StringIO(report.render_csv(rep))))
+    rows = list(csv.DictReader(io.StringIO(output.render_csv(rep))))
     assert [r["pod"] for r in rows] == ["p1", "p3", "p5", "p2", ""] and rows[-1]["namespace"] == "TOTAL"
     doc = rep.to_json()
     assert doc["rows"][0]["it_kwh"] == pytest.approx(3 * 7200 / 3.6e6)
     assert doc["total"]["sci_gco2e_per_hour"] == pytest.approx(doc["total"]["total_gco2e"] / 0.05)
     json.dumps(doc)  # plain JSON
     chart = tmp_path / "impact.png"
-    report.render_chart(rep, str(chart), top=2)
+    output.render_chart(rep, str(chart), top=2)
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -190,13 +191,13 @@ def test_argument_errors_are_reported_without_a_traceback(
         def range(self, query: str, first: float, last: float, step: float) -> list[dict[str, object]]:
             return []
 
-    ns = report._parser().parse_args(args)
+    ns = report_cli._parser().parse_args(args)
     with pytest.raises(ReportError, match=message):
-        report.run(ns, Unused(), T0)  # type: ignore[arg-type]
+        report_cli.run(ns, Unused(), T0)  # type: ignore[arg-type]
 
 
 def test_an_unreachable_prometheus_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
-    code = report.main(["--prometheus", "http://127.0.0.1:9", "--namespace", "shop", "--last", "1h", "--timeout", "2"])
+    code = report_cli.main(["--prometheus", "http://127.0.0.1:9", "--namespace", "shop", "--last", "1h", "--timeout", "2"])
     assert code == 1
     err = capsys.readouterr().err
     assert err.startswith("joulesched report: Prometheus at http://127.0.0.1:9: query") and "check --prometheus" in err

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from joulesched.impact import cli as report_cli
 from joulesched.impact import report, rules
 from tests.impact.cluster import HOUR, T0, cluster
 from tests.prometheus_server import PrometheusServer, require
@@ -77,7 +78,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]
 
 def run_report(server: PrometheusServer, tmp_path: Path, *args: str) -> dict[str, Any]:
     out = tmp_path / "report.json"
-    code = report.main(["--prometheus", server.url, "--format", "json", "--output", str(out), *args])
+    code = report_cli.main(["--prometheus", server.url, "--format", "json", "--output", str(out), *args])
     assert code == 0
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
@@ -193,7 +194,7 @@ def test_sci_per_run_counts_the_runs(prom: PrometheusServer, tmp_path: Path) -> 
 def test_nothing_in_scope_is_an_error_naming_the_scope(
     prom: PrometheusServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = report.main(["--prometheus", prom.url, "--run", "no_such_run", "--start", str(START), "--end", str(END)])
+    code = report_cli.main(["--prometheus", prom.url, "--run", "no_such_run", "--start", str(START), "--end", str(END)])
     assert code == 1
     assert "no pods match Nextflow run no_such_run" in capsys.readouterr().err
 

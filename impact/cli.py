@@ -1,0 +1,201 @@
+"""``joulesched report``: the environmental impact of a namespace, a label selector, a controller
+or a Nextflow run over a time range, from Prometheus.
+
+::
+
+    joulesched report --prometheus URL
+        (--namespace NS | --selector SEL | --run NAME | --owner KIND/NAME)   # NS may narrow the others
+        (--start T --end T | --last DURATION)   # T: ISO 8601 (UTC if naive), unix seconds, now, now-2h
+        [--step 60s] [--by pod|namespace|owner|run|process|node]
+        [--per hour|run|request] [--requests N | --requests-query PROMQL]
+        [--format table|csv|json] [--output FILE] [--chart FILE.png]
+
+The range is cut into steps (60 s by default: the recording rules' minute); for every step it
+reads from Prometheus each pod's energy increment (``increase()`` of
+``joulesched_pod_energy_joules_total`` over the step), its node's energy increment, the node's
+site and server (``joulesched_node_info``), the site factors (their mean over the step) and the
+server's embodied emissions, then computes every indicator with :mod:`policy.impact` — the same
+formulas as ``deploy/prometheus/rules.yaml``, so with a 60 s step the report's totals equal the
+sum of the recorded rules over the same range (the tests hold them equal on a real Prometheus).
+
+Pods are chosen through kube-state-metrics: a selector (``app=web,tier!=db``,
+``env in (a,b)``, ``!canary``) is matched on ``kube_pod_labels`` (its labels must be
+allow-listed), a run on the ``nextflow.io/runName`` label Nextflow puts on its task pods, an
+owner on ``kube_pod_owner`` (a Deployment through its ReplicaSets). A pod counts when it
+matched at any time in the range.
+
+SCI is ``(operational + embodied) / R`` with R the scope's functional units: the hours of the
+range, the Nextflow runs among its pods, or a number of requests (given, or a PromQL query whose
+``{range}`` is replaced by the range, e.g. ``sum(increase(http_requests_total[{range}]))``).
+Each row shows its part of the scope's SCI, so the rows add up to the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from joulesched.impact.output import render_chart, render_csv, render_table
+from joulesched.impact.query import Prometheus, ReportError, Scope, fetch, iso
+from joulesched.impact.report import BY_CHOICES, Report, build_report
+from joulesched.policy import impact
+
+# -- arguments -----------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90s``, ``5m``, ``1h30m``, ``2d`` or a plain number of seconds."""
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(a + b for a, b in parts) != text:
+            raise ReportError(f"{text!r} is not a duration (e.g. 90s, 5m, 1h30m, 2d)") from None
+        value = sum(float(a) * _UNIT[b] for a, b in parts)
+    if not value > 0 or not math.isfinite(value):
+        raise ReportError(f"duration {text!r} must be > 0")
+    return value
+
+
+def parse_time(text: str, now: float) -> float:
+    """Unix seconds from ISO 8601 (naive = UTC), unix seconds, ``now`` or ``now-2h``."""
+    text = text.strip()
+    if text == "now":
+        return now
+    if text.startswith("now-"):
+        return now - parse_duration(text[4:])
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ReportError(
+            f"{text!r} is not a time (ISO 8601 like 2022-06-01T00:00:00Z, unix seconds, now or now-2h)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="joulesched report",
+        description="Environmental impact (energy, CO2e, water, SCI) of a namespace, label selector, owner or Nextflow run, from Prometheus.",
+    )
+    p.add_argument(
+        "--prometheus", default="http://127.0.0.1:9090", metavar="URL", help="Prometheus base URL (default %(default)s)"
+    )
+    scope = p.add_argument_group("scope (at least one; --namespace narrows the others)")
+    scope.add_argument("--namespace", "-n", default="", metavar="NS")
+    scope.add_argument(
+        "--selector", "-l", default="", metavar="SEL", help="pod label selector, matched on kube_pod_labels"
+    )
+    scope.add_argument("--run", default="", metavar="NAME", help="Nextflow run name (pod label nextflow.io/runName)")
+    scope.add_argument("--owner", default="", metavar="KIND/NAME", help="controller, e.g. Deployment/web or Job/etl")
+    when = p.add_argument_group("time range")
+    when.add_argument("--start", metavar="T", help="ISO 8601 (UTC if naive), unix seconds, now-2h")
+    when.add_argument("--end", metavar="T", help="default: now")
+    when.add_argument("--last", metavar="DURATION", help="the last DURATION up to now (instead of --start)")
+    p.add_argument(
+        "--step",
+        default="60s",
+        metavar="DURATION",
+        help="interval of the integration (default 60s, the recording rules' minute)",
+    )
+    p.add_argument("--by", choices=BY_CHOICES, help="rows per (default: process for --run, else namespace)")
+    p.add_argument("--per", choices=impact.FUNCTIONAL_UNITS, default="hour", help="SCI functional unit (default hour)")
+    p.add_argument("--requests", type=float, metavar="N", help="number of requests in the range (for --per request)")
+    p.add_argument(
+        "--requests-query", metavar="PROMQL", help="PromQL giving the requests in the range; {range} is replaced by it"
+    )
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the table/CSV/JSON here instead of stdout")
+    p.add_argument("--chart", metavar="FILE.png", help="also draw IT power and cumulative CO2e over time")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="per Prometheus query (default 30)")
+    return p
+
+
+def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
+    scope = Scope(args.namespace, args.selector, args.run, args.owner)
+    if not (scope.namespace or scope.selector or scope.run or scope.owner):
+        raise ReportError("give a scope: --namespace, --selector, --run or --owner")
+    step = parse_duration(args.step)
+    if step != round(step):
+        raise ReportError(f"--step {args.step}: must be a whole number of seconds")
+    end = parse_time(args.end, now) if args.end else now
+    if args.last and args.start:
+        raise ReportError("give either --start or --last, not both")
+    if args.last:
+        start = end - parse_duration(args.last)
+    elif args.start:
+        start = parse_time(args.start, now)
+    else:
+        raise ReportError("give the range: --start (and --end) or --last")
+    if end <= start:
+        raise ReportError(f"--end ({iso(end)}) must be after --start ({iso(start)})")
+    by = args.by or ("process" if scope.run else "namespace")
+    data = fetch(prom, scope, start, end, step)
+    seconds = float(data.steps[-1] - start)
+    if args.per == "request":
+        if args.requests is not None and args.requests_query:
+            raise ReportError("give either --requests or --requests-query, not both")
+        if args.requests_query:
+            rows = prom.instant(args.requests_query.replace("{range}", f"{round(seconds)}s"), float(data.steps[-1]))
+            requests = sum(float(r["value"][1]) for r in rows)
+        elif args.requests is not None:
+            requests = args.requests
+        else:
+            raise ReportError("--per request needs --requests N or --requests-query PROMQL")
+        units = impact.functional_units("request", requests=requests)
+    elif args.per == "run":
+        in_scope = {(k[1], k[2]) for k in data.pods}
+        runs = {run for pod, (run, _) in data.runs.items() if pod in in_scope}
+        if not runs:
+            raise ReportError(
+                "--per run: no Nextflow runs among these pods (kube_pod_labels has no nextflow.io/runName for them)"
+            )
+        units = impact.functional_units("run", runs=len(runs))
+    else:
+        units = impact.functional_units("hour", seconds=seconds)
+    return build_report(data, scope, start, by, args.per, units)
+
+
+def main(argv: Sequence[str] | None = None, *, now: Callable[[], float] = time.time) -> int:
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        report = run(args, Prometheus(args.prometheus, args.timeout), now())
+        if args.format == "json":
+            text = json.dumps(report.to_json(), indent=2) + "\n"
+        elif args.format == "csv":
+            text = render_csv(report)
+        else:
+            text = render_table(report)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            sys.stdout.write(text)
+        if args.chart:
+            render_chart(report, args.chart)
+    except ReportError as err:
+        print(f"joulesched report: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"joulesched report: cannot write {err.filename}: {err.strerror}", file=sys.stderr)
+        return 1
+    return 0
