@@ -165,3 +165,10 @@ def test_bad_input_exits_2_naming_what_and_where(
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("joulesched expander: ") and message in err, err
+
+
+def test_the_example_in_docs_is_the_commands_output(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = (REPO / "docs/autoscaler.md").read_text()
+    first = doc.split("```yaml\n", 2)[1].split("```", 1)[0]
+    assert main(["--profiles", str(EXAMPLE), "--group-from-name", BY_NAME]) == 0
+    assert capsys.readouterr().out == first
