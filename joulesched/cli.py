@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "sim": ("joulesched.sim.cli", "main", "replay workloads on a modelled cluster and compare policies"),
     "report": ("joulesched.impact.cli", "main", "environmental impact of a namespace, selector or workflow run"),
     "rules": ("joulesched.impact.rules", "main", "write the Prometheus recording rules and the Grafana dashboard"),
+    "expander": ("joulesched.extender.expander", "main", "write cluster-autoscaler's priority-expander ConfigMap from efficiency"),
     "bench": ("joulesched.extender.bench", "main", "benchmark the extender against a constant-score floor"),
 }
 

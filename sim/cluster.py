@@ -30,7 +30,7 @@
       enabled: true
       scale_down_unneeded_seconds: 600   # an empty node is removed after this long
       scale_up_delay_seconds: 120        # a new node is Ready this long after a pod pends
-      expander: random                   # random | least-waste | priority (order of node_types)
+      expander: random                   # random | least-waste | priority (most efficient type: policy.efficiency)
 
 Every problem is reported at once with its dotted path (``node_types[1].cores: must be > 0,
 got -4``), and the file it came from.

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from joulesched.policy.efficiency import efficiency, priorities
 from joulesched.sim import kube
 from joulesched.sim.cluster import ClusterSpec, Node, profile_document
 from joulesched.sim.extender import ClusterView, Extender, PodRequest
@@ -531,7 +532,20 @@ class Engine:
         if not fitting:
             return
         if auto.expander == "priority":
-            ti, n = fitting[0]
+            # cluster-autoscaler's priority expander with the ConfigMap `joulesched expander`
+            # writes: priorities over every node type (policy.efficiency), the highest-priority
+            # fitting type wins, ties at random as there.
+            types = self.cluster.node_types
+            ranking = priorities({
+                nt.name: efficiency(nt.power_curve_watts, nt.cores, nt.speed, gpu_count=nt.gpus.count,
+                                    gpu_idle_watts=nt.gpus.idle_watts, gpu_max_watts=nt.gpus.max_watts,
+                                    gpu_speed=nt.gpus.speed)
+                for nt in types
+            })
+            prio = {name: level for level, names in ranking.items() for name in names}
+            top = max(prio[types[ti].name] for ti, _ in fitting)
+            best = [item for item in fitting if prio[types[item[0]].name] == top]
+            ti, n = best[int(self.rng.integers(len(best)))] if len(best) > 1 else best[0]
         elif auto.expander == "least-waste":
 
             def waste(item: tuple[int, int]) -> float:

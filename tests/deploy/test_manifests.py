@@ -105,3 +105,30 @@ def test_extender_config_in_deploy_is_valid() -> None:
 def test_extender_rbac_is_read_only_on_pods() -> None:
     role = next(doc for _, doc in DOCS if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "joulesched-extender")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+
+
+def test_expander_is_optional_and_its_rbac_is_least() -> None:
+    # deploy/expander is applied on its own (docs/autoscaler.md), never by `kubectl apply -k deploy/`
+    assert "expander" not in (yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"])
+    by_key = {(doc["kind"], doc["metadata"]["name"]): doc for where, doc in DOCS if where.startswith("expander/")}
+    role = by_key[("Role", "joulesched-expander")]
+    assert role["metadata"]["namespace"] == "kube-system"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cluster-autoscaler-priority-expander"],
+         "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},  # create cannot be name-restricted
+    ]
+    assert by_key[("ClusterRole", "joulesched-expander")]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
+    ]
+    binding = by_key[("RoleBinding", "joulesched-expander")]
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "joulesched-expander", "namespace": "joulesched"}]
+    container = by_key[("Deployment", "joulesched-expander")]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][0] == "expander" and "--apply" in container["args"] and "--watch=300" in container["args"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    from joulesched.extender.expander import parse_args
+
+    args = parse_args(container["args"][1:])  # the command accepts what the Deployment passes
+    assert (args.apply, args.watch, args.namespace, args.output) == (True, 300.0, "kube-system", None)
+    assert args.prometheus and not args.group_from_name  # groups from the nodes' labels

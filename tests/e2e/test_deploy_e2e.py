@@ -218,7 +218,7 @@ def test_every_file_in_deploy_is_rendered_or_explained():
                     f"deploy/{rel} holds a Kubernetes object: it must be in a kustomization")
     # the ones the deployment docs name
     assert {"deploy", "deploy/agent/overlays/msr", "deploy/agent/overlays/servicemonitor",
-            "deploy/prometheus", "deploy/prometheus/operator"} <= set(KUSTOMIZATIONS), KUSTOMIZATIONS
+            "deploy/prometheus", "deploy/prometheus/operator", "deploy/expander"} <= set(KUSTOMIZATIONS), KUSTOMIZATIONS
 
 
 @pytest.mark.parametrize("kdir", KUSTOMIZATIONS)

@@ -175,3 +175,40 @@ def test_retrying_by_walking_the_queue_places_every_pod_as_retrying_them_all(pol
     assert np.array_equal(walked.pods.node, full.pods.node)
     assert np.array_equal(walked.pods.start, full.pods.start, equal_nan=True)
     assert walked.energy_joules.sum() == pytest.approx(full.energy_joules.sum())
+
+
+def _scaled_up_type(cl, wl, seed=0):  # type: ignore[no-untyped-def]
+    _, r = run(cl, wl, seed=seed)
+    assert r.scale_ups == 1
+    return cl.node_types[r.nodes[int(r.pods.node[0])].type_index].name
+
+
+EFFICIENT = [50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150]
+WASTEFUL = [150, 200, 220, 240, 260, 280, 300, 320, 340, 360, 380]
+
+
+def test_the_priority_expander_boots_the_most_efficient_fitting_type() -> None:
+    # the wasteful type is listed first: the expander ranks by policy.efficiency, not list order
+    auto = {"enabled": True, "scale_down_unneeded_seconds": 10, "scale_up_delay_seconds": 5, "expander": "priority"}
+    cl = cluster(node_type("wasteful", curve=WASTEFUL), node_type("efficient", curve=EFFICIENT), autoscaler=auto)
+    assert _scaled_up_type(cl, workload(pod("late", 10.0, arrival=100.0))) == "efficient"
+    # the efficient type is too small for this pod: the best type it fits wins
+    cl = cluster(node_type("wasteful", cores=16, curve=WASTEFUL), node_type("efficient", cores=4, curve=EFFICIENT),
+                 autoscaler=auto)
+    assert _scaled_up_type(cl, workload(pod("big", 10.0, cpu=8, arrival=100.0))) == "wasteful"
+    # GPU types rank below CPU types for a CPU pod; among GPU types the GPU figure decides
+    gpu_cheap = {"count": 1, "idle_watts": 30, "max_watts": 300}
+    gpu_dear = {"count": 1, "idle_watts": 80, "max_watts": 700}
+    cl = cluster(node_type("gpu-dear", curve=EFFICIENT, gpus=gpu_dear), node_type("gpu-cheap", curve=WASTEFUL, gpus=gpu_cheap),
+                 node_type("cpu", curve=WASTEFUL), autoscaler=auto)
+    assert _scaled_up_type(cl, workload(pod("cpu-pod", 10.0, arrival=100.0))) == "cpu"
+    assert _scaled_up_type(cl, workload(pod("gpu-pod", 10.0, arrival=100.0, gpu_request=1))) == "gpu-cheap"
+
+
+def test_the_priority_expander_breaks_ties_at_random_like_cluster_autoscaler() -> None:
+    auto = {"enabled": True, "scale_down_unneeded_seconds": 10, "scale_up_delay_seconds": 5, "expander": "priority"}
+    same = [c * 1.005 for c in EFFICIENT]  # within 1 %: the same priority
+    cl = cluster(node_type("twin-a", curve=EFFICIENT), node_type("twin-b", curve=same),
+                 node_type("wasteful", curve=WASTEFUL), autoscaler=auto)
+    chosen = {_scaled_up_type(cl, workload(pod("late", 10.0, arrival=100.0)), seed) for seed in range(12)}
+    assert chosen == {"twin-a", "twin-b"}
