@@ -28,7 +28,7 @@ FloatArray = npt.NDArray[np.float64]
 CHUNK_ROWS = 4096  # rows of a (times × pieces) matrix filled at once
 
 
-def lower_convex_hull(x: Sequence[float], y: Sequence[float]) -> tuple[FloatArray, FloatArray]:
+def lower_convex_hull(x: npt.ArrayLike, y: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
     """The vertices of the lower convex hull of the points ``(x, y)``, ``x`` increasing.
 
     Both end points are always vertices. Collinear middle points are dropped.
