@@ -189,6 +189,9 @@ def run_case(cluster: ClusterSpec, workload: Workload, seed: int) -> dict[str, A
         }
         if bound.get("applicable"):
             policies[name]["share_of_bound_saving"] = bound["policies"][name]["share_of_bound_saving"]
+            own = bound["policies"][name]["own_timeline"]["fluid_energy_joules"]
+            policies[name]["own_timeline_fluid_bound_joules"] = own
+            policies[name]["above_own_fluid_bound"] = m["energy_joules"] >= own * (1 - 1e-9)
     out: dict[str, Any] = {
         "pods": len(workload.pods),
         "nodes": cluster.node_count,
@@ -258,6 +261,8 @@ def print_case(title: str, case: dict[str, Any]) -> None:
             f"bound ({b['timeline']} timeline): fluid {b['fluid_energy_joules'] / 3.6e6:.3f} kWh, request-aware "
             f"{b['request_aware_energy_joules'] / 3.6e6:.3f} kWh (idle {b['idle_energy_joules'] / 3.6e6:.3f} kWh)"
         )
+        below = [n for n, m in case["policies"].items() if not m["above_own_fluid_bound"]]
+        print(f"sanity: every policy's energy >= the fluid bound on its own timeline: {'yes' if not below else 'NO: ' + ', '.join(below)}")
     else:
         print(f"bound: not applicable ({b.get('reason', '')})")
     for name, t in case["targets"].items():
