@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,19 @@ def test_every_policy_uses_at_least_the_fluid_bound_on_a_real_run() -> None:
         assert energy >= report["fluid_energy_joules"] - 1e-6, name
         share = report["policies"][name]["share_of_bound_saving"]["fluid"]
         assert share is None or share <= 1.0 + 1e-9, name
+
+
+def test_results_and_report_carry_the_bound(tmp_path: Path) -> None:
+    from joulesched.sim.execute import execute
+
+    cl = cluster(node_type("cheap"), node_type("dear", curve=LINEAR_20), autoscaler={"enabled": True})
+    wl = workload(*(pod(f"p{i}", 100.0, cpu=5.0) for i in range(3)))
+    results = execute(cl, wl, RunOptions(policies=("default", "most-allocated")), tmp_path, sensitivity=True, plots=False)
+    assert results["bound"]["applicable"] is False
+    fixed = results["sensitivity"]["no_autoscaler"]["bound"]
+    assert fixed["applicable"] is True
+    assert set(fixed["policies"]) == {"default", "most-allocated"}
+    assert fixed["policies"]["default"]["share_of_bound_saving"]["fluid"] == pytest.approx(0.0)
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "## Bound (every node powered all the time (autoscaler off))" in text
+    assert "share of request-aware saving %" in text
