@@ -14,6 +14,7 @@ from typing import Any
 
 from joulesched.sim import report
 from joulesched.sim.attribution import INTERVALS, METHODS, PHASES
+from joulesched.sim.bound import bound_for_runs
 from joulesched.sim.cluster import ClusterSpec
 from joulesched.sim.model import Workload
 from joulesched.sim.progress import Progress
@@ -148,6 +149,7 @@ def execute(
         "comparison": compare,
         "targets": goals,
         "target_notes": target_notes(runs, compare, goals, cluster),
+        "bound": bound_for_runs(cluster, workload, runs),
     }
     if pct == 100 or cluster.node_count < 100:
         results["percentage_100"] = {
@@ -181,6 +183,7 @@ def execute(
             "policies": _metrics(runs_fixed),
             "comparison": cmp_fixed,
             "targets": targets(cmp_fixed),
+            "bound": bound_for_runs(fixed, workload, runs_fixed),
         }
     examples: dict[str, Any] = {}
     if attribution_workloads:

@@ -146,6 +146,9 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
         for why in r.get("target_notes", []):
             lines.append(f"  {why}")
         lines.append("")
+    lines += bound_markdown(r.get("bound"), "")
+    for sens in r.get("sensitivity", {}).values():
+        lines += bound_markdown(sens.get("bound"), f" ({sens['title']})")
     lines += ["## Per site", ""]
     site_rows = []
     for name, m in r["policies"].items():
@@ -233,6 +236,40 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def bound_markdown(bound: Mapping[str, Any] | None, label: str) -> list[str]:
+    """The bound's section: both estimates and every policy's share of the possible saving."""
+    if not bound:
+        return []
+    lines = [f"## Bound{label}", ""]
+    if not bound.get("applicable"):
+        return [*lines, f"Not applicable: {bound.get('reason', '')}.", ""]
+    lines += [
+        f"Least energy any placement could draw for this work on the always-on cluster, on the `{bound['timeline']}` run's "
+        f"timeline (docs/sim.md, \"The bound\"): fluid (cheapest watts first) {_fmt(bound['fluid_energy_joules'] / 3.6e6, 3)} kWh, "
+        f"request-aware {_fmt(bound['request_aware_energy_joules'] / 3.6e6, 3)} kWh, of which idle "
+        f"{_fmt(bound['idle_energy_joules'] / 3.6e6, 3)} kWh, over {_fmt(bound['window_seconds'] / 3600, 2)} h.",
+        "",
+    ]
+    rows = []
+    for name, p in bound["policies"].items():
+        share = p["share_of_bound_saving"]
+        rows.append(
+            [
+                name,
+                _fmt(None if share["fluid"] is None else 100 * share["fluid"], 1),
+                _fmt(None if share["request_aware"] is None else 100 * share["request_aware"], 1),
+                _fmt(p["own_timeline"]["fluid_energy_joules"] / 3.6e6, 3),
+            ]
+        )
+    lines += [
+        _table(["policy", "share of fluid saving %", "share of request-aware saving %", "fluid bound on its own timeline kWh"], rows),
+        "",
+        "Share = (E_default − E_policy) / (E_default − E_bound).",
+        "",
+    ]
+    return lines
 
 
 def attribution_markdown(att: Mapping[str, Any]) -> list[str]:
