@@ -25,8 +25,6 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
-CHUNK_ROWS = 4096  # rows of a (times × pieces) matrix filled at once
-
 
 def lower_convex_hull(x: npt.ArrayLike, y: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
     """The vertices of the lower convex hull of the points ``(x, y)``, ``x`` increasing.
@@ -61,23 +59,10 @@ def curve_utilisations(points: int) -> FloatArray:
 
 @dataclass(frozen=True)
 class Pieces:
-    """Linear pieces of hulls: each serves up to ``capacity`` reference cores at ``cost`` W each.
-
-    ``start`` and ``width`` are the piece's utilisation interval on its own node's curve, and
-    ``scale`` the reference cores per unit of utilisation (cores × speed × node count), so a
-    cap on utilisation ``φ`` leaves ``scale × clip(φ − start, 0, width)`` of it.
-    """
+    """Linear pieces of hulls: each serves up to ``capacity`` reference cores at ``cost`` W each."""
 
     cost: FloatArray  # W per reference core (marginal watts per unit work rate)
     capacity: FloatArray  # reference cores
-    start: FloatArray
-    width: FloatArray
-    scale: FloatArray
-
-    def capped(self, phi: FloatArray) -> FloatArray:
-        """Capacity of every piece when each node may run at most ``phi`` of its cores, per row of ``phi``."""
-        p = np.asarray(phi, dtype=float)[:, None]
-        return self.scale[None, :] * np.clip(p - self.start[None, :], 0.0, self.width[None, :])
 
 
 def hull_pieces(curve_watts: Sequence[float], cores: float, speed: float = 1.0, count: int = 1) -> Pieces:
@@ -91,9 +76,6 @@ def hull_pieces(curve_watts: Sequence[float], cores: float, speed: float = 1.0, 
     return Pieces(
         cost=slope / per_u,
         capacity=width * per_u * count,
-        start=u[:-1].copy(),
-        width=width,
-        scale=np.full(len(width), per_u * count),
     )
 
 
@@ -102,9 +84,6 @@ def linear_pieces(watts_per_unit: float, capacity: float) -> Pieces:
     return Pieces(
         cost=np.array([float(watts_per_unit)]),
         capacity=np.array([float(capacity)]),
-        start=np.zeros(1),
-        width=np.ones(1),
-        scale=np.array([float(capacity)]),
     )
 
 
@@ -112,15 +91,12 @@ def concat(pieces: Sequence[Pieces]) -> Pieces:
     """All pieces of several node types, sorted cheapest first (ties keep their order)."""
     if not pieces:
         z = np.zeros(0)
-        return Pieces(z, z, z, z, z)
+        return Pieces(z, z)
     cost = np.concatenate([p.cost for p in pieces])
     order = np.argsort(cost, kind="stable")
     return Pieces(
         cost=cost[order],
         capacity=np.concatenate([p.capacity for p in pieces])[order],
-        start=np.concatenate([p.start for p in pieces])[order],
-        width=np.concatenate([p.width for p in pieces])[order],
-        scale=np.concatenate([p.scale for p in pieces])[order],
     )
 
 
@@ -138,42 +114,71 @@ def fill_cheapest_first(rate: FloatArray, pieces: Pieces) -> FloatArray:
     return np.asarray(np.interp(r, cum_cap, cum_watts), dtype=float)
 
 
-def fill_in_order(rate: FloatArray, cost: FloatArray, capacity: FloatArray) -> FloatArray:
-    """Dynamic watts serving each ``rate[t]`` by the pieces in the given order, with per-row capacities.
+def fill_nodes_by_requests(
+    rate: FloatArray,
+    phi: FloatArray,
+    curves: Sequence[Sequence[float]],
+    cores: Sequence[float],
+    speeds: Sequence[float],
+    counts: Sequence[int],
+) -> FloatArray:
+    """Dynamic watts when whole nodes are filled with requests, cheapest node first, on the real curves.
 
-    ``capacity`` is (times × pieces); ``cost`` is (pieces,). Work beyond a row's total is free,
-    as in :func:`fill_cheapest_first`.
+    At each instant the pods in flight keep ``phi`` of their requested cores busy, so a node
+    full of requests runs at utilisation φ and serves ``φ × cores × speed`` reference cores of
+    work, drawing ``P(φ) − P(0)`` above idle. Node types are taken in ascending order of those
+    watts per reference core; whole nodes are filled until the rate is served, and the last
+    node takes the remainder at its real curve point ``P(x / (cores × speed)) − P(0)``. Work
+    beyond every node's φ share (pods using more than they request) is served above φ, again
+    cheapest first, up to full load; beyond that it is free (the power model's saturation).
+
+    No time-sharing between utilisation levels (the curve, not its hull), so this is never
+    below :func:`fill_cheapest_first` on the same nodes' hulls: what a scheduler that respects
+    requests and knows every node's curve could reach, pod fragmentation aside.
     """
     r = np.asarray(rate, dtype=float)
-    out = np.empty(len(r))
-    for lo in range(0, len(r), CHUNK_ROWS):
-        cap = capacity[lo : lo + CHUNK_ROWS]
-        before = np.cumsum(cap, axis=1) - cap
-        used = np.clip(r[lo : lo + CHUNK_ROWS, None] - before, 0.0, cap)
-        out[lo : lo + CHUNK_ROWS] = used @ cost
+    ph = np.clip(np.asarray(phi, dtype=float), 0.0, 1.0)
+    curve = np.asarray(curves, dtype=float)
+    per_u = np.asarray(cores, dtype=float) * np.asarray(speeds, dtype=float)  # reference cores at u = 1
+    count = np.asarray(counts, dtype=float)
+    grid = curve_utilisations(curve.shape[1])
+    out = np.zeros(len(r))
+    for k in range(len(r)):
+        need = r[k]
+        if need <= 0.0:
+            continue
+        f = ph[k] if ph[k] > 0.0 else 1.0
+        p_f = np.array([np.interp(f, grid, c) for c in curve]) - curve[:, 0]
+        cap = f * per_u  # work of one node full of requests
+        watts = 0.0
+        for j in np.argsort(p_f / cap, kind="stable"):
+            if need <= 0.0:
+                break
+            whole = min(count[j], np.floor(need / cap[j]))
+            watts += whole * p_f[j]
+            need -= whole * cap[j]
+            if need > 1e-12 and whole < count[j]:
+                watts += float(np.interp(need / per_u[j], grid, curve[j])) - curve[j, 0]
+                need = 0.0
+        if need > 1e-12 and f < 1.0:  # above φ: from P(φ) to P(1) on every node, cheapest first
+            above_cap = (1.0 - f) * per_u * count
+            above_cost = (curve[:, -1] - curve[:, 0] - p_f) / ((1.0 - f) * per_u)
+            for j in np.argsort(above_cost, kind="stable"):
+                used = min(need, above_cap[j])
+                watts += used * above_cost[j]
+                need -= used
+                if need <= 1e-12:
+                    break
+        out[k] = watts
     return out
-
-
-def fill_capped(rate: FloatArray, phi: FloatArray, pieces: Pieces) -> FloatArray:
-    """Cheapest first when each node may run at most ``phi[t]`` of its cores; the rest after.
-
-    Work that does not fit under the cap goes on the capacity above it, again cheapest first,
-    so the result is never below :func:`fill_cheapest_first` for the same pieces.
-    """
-    ordered = concat([pieces])
-    below = ordered.capped(np.asarray(phi, dtype=float))
-    above = ordered.capacity[None, :] - below
-    cost = np.concatenate([ordered.cost, ordered.cost])
-    return fill_in_order(rate, cost, np.concatenate([below, above], axis=1))
 
 
 __all__ = [
     "Pieces",
     "concat",
     "curve_utilisations",
-    "fill_capped",
     "fill_cheapest_first",
-    "fill_in_order",
+    "fill_nodes_by_requests",
     "hull_pieces",
     "linear_pieces",
     "lower_convex_hull",

@@ -40,8 +40,8 @@ class PolicyConfig:
         choices=IDLE_POWER_CLASSES,
     )
     score_scale: str = setting(
-        "cluster",
-        "scores relative to the best node the profiles know (cluster) or to the best in the request",
+        "request",
+        "scores relative to the best node in the request (request) or to the best the profiles know (cluster)",
         choices=SCORE_SCALES,
     )
     reserve_gpu_nodes: bool = setting(

@@ -69,6 +69,17 @@ def cpu_joules_per_work(curve: Sequence[float], cores: float, speed: float = 1.0
     return float(sum(curve)) / (sum(LOADS) * cores * speed)
 
 
+def cpu_dynamic_joules_per_work(curve: Sequence[float], cores: float, speed: float = 1.0) -> float:
+    """The same figure with idle power taken out: Σ (P(u_k) − P(0)) / Σ u_k × cores × speed.
+
+    What a unit of work costs on a node that is on anyway (an always-on cluster, where idle
+    power is spent whatever the placement): the simulator's cheapest-first reference ranks
+    nodes by it (``sim/bound.py``).
+    """
+    idle = float(curve[0]) if len(curve) else 0.0
+    return cpu_joules_per_work([float(w) - idle for w in curve], cores, speed)
+
+
 def gpu_joules_per_work(idle_watts: float, max_watts: float, speed: float = 1.0) -> float:
     """The same figure for one GPU with linear board power idle + u × (max − idle)."""
     if speed <= 0:

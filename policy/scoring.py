@@ -142,29 +142,32 @@ def evaluate(
     m = rows.shape[0]
     if len(nodes) == 0:
         return _all_unknown(m, cfg)
-    whole = _cost_everywhere(nodes, pod, cfg, now, predicted_cores, predicted_gpus, held_until)
     known = rows >= 0
     all_known = bool(known.all())
     r = rows if all_known else np.where(known, rows, 0)
+    cluster_scale = cfg.score_scale == "cluster"
+    # Cost the pod on every profiled node for a cluster-wide best, else on the request's alone.
+    whole = _costs(nodes, None if cluster_scale else r, pod, cfg, now, predicted_cores, predicted_gpus, held_until)
+    at = r if cluster_scale else np.arange(m)
 
     def take(values: np.ndarray) -> np.ndarray:
-        return values[r] if all_known else np.where(known, values[r], np.nan)
+        return values[at] if all_known else np.where(known, values[at], np.nan)
 
-    fresh = known & whole.fresh[r]
-    failed = known & whole.failed[r]
-    cost = whole.cost[r]
+    fresh = known & whole.fresh[at]
+    failed = known & whole.failed[at]
+    cost = whole.cost[at]
     eligible = fresh & ~failed & np.isfinite(cost)
     # Energy alone would fill a node past its cores: on a saturated node the work time-shares
     # at P(1)/c per core, which is cheaper than the steep middle of many real (non-convex)
     # curves. The pods there would run slower, so while another candidate has room a node the
     # pod would saturate scores 0 (it is not filtered: kube-scheduler may still need it).
-    saturated = _demote(eligible, whole.saturating[r]) if cfg.avoid_saturation else np.zeros(m, dtype=bool)
+    saturated = _demote(eligible, whole.saturating[at]) if cfg.avoid_saturation else np.zeros(m, dtype=bool)
     eligible &= ~saturated
     # A CPU-only pod on a GPU server keeps the most power-hungry servers on and takes room
     # that GPU work needs: while a CPU node in the request has room, GPU nodes score 0.
-    reserved = _demote(eligible, whole.gpu_node[r]) if whole.reserve else np.zeros(m, dtype=bool)
+    reserved = _demote(eligible, whole.gpu_node[at]) if whole.reserve else np.zeros(m, dtype=bool)
     eligible &= ~reserved
-    best = whole.best if cfg.score_scale == "cluster" else None
+    best = whole.best if cluster_scale else None
     scores = normalise(cost, eligible, cfg.band, best=best)
     scores[~fresh] = cfg.neutral_score
     scores[failed] = 0
@@ -199,7 +202,7 @@ def _demote(eligible: np.ndarray, flagged: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Costs:
-    """The pod costed on every profiled node (arrays aligned with the profile rows)."""
+    """The pod costed on a set of profile rows (arrays aligned with them)."""
 
     fresh: np.ndarray
     failed: np.ndarray
@@ -216,11 +219,12 @@ class _Costs:
     saturating: np.ndarray  # the pod would push the node past its cores
     gpu_node: np.ndarray  # the node has GPUs (meaningful for a CPU-only pod)
     reserve: bool  # cfg.reserve_gpu_nodes applies to this pod
-    best: float  # the least cost over the nodes that could be chosen (NaN: none)
+    best: float  # the least cost over the rows that could be chosen (NaN: none; computed over every node only)
 
 
-def _cost_everywhere(
+def _costs(
     nodes: NodeArrays,
+    over: np.ndarray | None,
     pod: PodDemand,
     cfg: PolicyConfig,
     now: float,
@@ -228,11 +232,17 @@ def _cost_everywhere(
     predicted_gpus: np.ndarray | None,
     held_until: np.ndarray | None,
 ) -> _Costs:
-    t = nodes.table.T  # rows of t are columns
+    """The pod on the profile rows ``over`` (every row when None); per-node inputs aligned with the profiles."""
+    if over is None:
+        table, curve = nodes.table, nodes.curve
+    else:  # one gather for every per-node number
+        table, curve = nodes.table[over], nodes.curve[over]
+        predicted_cores = None if predicted_cores is None else predicted_cores[over]
+        predicted_gpus = None if predicted_gpus is None else predicted_gpus[over]
+        held_until = None if held_until is None else held_until[over]
     (cores, u_measured, speed_cpu, pue, intensity, measured, cap, updated,
-     gpu_count, gpu_idle, gpu_max, gpu_speed, gpu_util, idle_avoidable, held_profile) = t  # fmt: skip
-    n = len(nodes)
-    curve = nodes.curve
+     gpu_count, gpu_idle, gpu_max, gpu_speed, gpu_util, idle_avoidable, held_profile) = table.T  # fmt: skip
+    n = table.shape[0]
     with np.errstate(invalid="ignore"):  # NaN timestamps: static profiles are always fresh
         fresh = ~(now - updated > cfg.max_age_seconds)
 
@@ -288,13 +298,15 @@ def _cost_everywhere(
 
     saturating = u1 > 1.0 + 1e-9 if pod.cpu_cores > 0 else np.zeros(n, dtype=bool)
     reserve = cfg.reserve_gpu_nodes and pod.gpus == 0
-    # The best node the pod could be sent to, by the same rules as the candidates below.
-    choosable = fresh & ~failed & np.isfinite(cost)
-    if cfg.avoid_saturation:
-        choosable &= ~_demote(choosable, saturating)
-    if reserve:
-        choosable &= ~_demote(choosable, has_gpus)
-    best = float(cost[choosable].min()) if choosable.any() else float("nan")
+    best = float("nan")
+    if over is None:  # the best node of the cluster, by the same rules as the candidates
+        choosable = fresh & ~failed & np.isfinite(cost)
+        if cfg.avoid_saturation:
+            choosable &= ~_demote(choosable, saturating)
+        if reserve:
+            choosable &= ~_demote(choosable, has_gpus)
+        if choosable.any():
+            best = float(cost[choosable].min())
     return _Costs(
         fresh=fresh,
         failed=failed,

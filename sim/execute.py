@@ -149,7 +149,7 @@ def execute(
         "comparison": compare,
         "targets": goals,
         "target_notes": target_notes(runs, compare, goals, cluster),
-        "bound": bound_for_runs(cluster, workload, runs),
+        "bound": bound_for_runs(cluster, workload, runs, seed=opts.seed),
     }
     if pct == 100 or cluster.node_count < 100:
         results["percentage_100"] = {
@@ -183,7 +183,7 @@ def execute(
             "policies": _metrics(runs_fixed),
             "comparison": cmp_fixed,
             "targets": targets(cmp_fixed),
-            "bound": bound_for_runs(fixed, workload, runs_fixed),
+            "bound": bound_for_runs(fixed, workload, runs_fixed, seed=opts.seed),
         }
     examples: dict[str, Any] = {}
     if attribution_workloads:

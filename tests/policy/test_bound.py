@@ -5,8 +5,8 @@ import pytest
 
 from joulesched.policy.bound import (
     concat,
-    fill_capped,
     fill_cheapest_first,
+    fill_nodes_by_requests,
     hull_pieces,
     lower_convex_hull,
 )
@@ -45,19 +45,38 @@ def test_two_linear_nodes_fill_the_flatter_one_first() -> None:
     assert watts.tolist() == pytest.approx([0.0, 50.0, 100.0, 200.0, 300.0, 300.0])
 
 
-def test_request_cap_moves_work_to_the_dearer_node() -> None:
-    pieces = concat([hull_pieces(LINEAR_10, 10), hull_pieces(LINEAR_20, 10)])
-    # half of each node's cores usable: 5 cores at 10 W, then 5 at 20 W, then the rest above the cap
-    watts = fill_capped(np.array([7.5, 10.0, 15.0]), np.array([0.5, 0.5, 0.5]), pieces)
-    assert watts.tolist() == pytest.approx([100.0, 150.0, 200.0])
-
-
 def test_request_aware_never_below_fluid() -> None:
     rng = np.random.default_rng(1)
     curves = [np.sort(rng.uniform(40, 400, size=11)) for _ in range(6)]
-    pieces = concat([hull_pieces(c, rng.integers(8, 129), rng.uniform(0.7, 1.2), int(rng.integers(1, 4))) for c in curves])
+    cores = [int(rng.integers(8, 129)) for _ in curves]
+    speeds = [float(rng.uniform(0.7, 1.2)) for _ in curves]
+    counts = [int(rng.integers(1, 4)) for _ in curves]
+    pieces = concat([hull_pieces(c, n, s, k) for c, n, s, k in zip(curves, cores, speeds, counts, strict=True)])
     rate = rng.uniform(0, pieces.capacity.sum() * 1.1, size=500)
-    phi = rng.uniform(0, 1, size=500)
-    assert np.all(fill_capped(rate, phi, pieces) >= fill_cheapest_first(rate, pieces) - 1e-9)
-    # no cap: the same as fluid
-    assert fill_capped(rate, np.ones(500), pieces) == pytest.approx(fill_cheapest_first(rate, pieces))
+    phi = rng.uniform(0.05, 1, size=500)
+    aware = fill_nodes_by_requests(rate, phi, curves, cores, speeds, counts)
+    assert np.all(aware >= fill_cheapest_first(rate, pieces) - 1e-9)
+
+
+def test_filling_whole_nodes_by_requests_takes_the_cheapest_node_first_on_its_real_curve() -> None:
+    # Two types, one node each, 10 cores, speed 1. "cheap" adds 2 W per busy core, "dear" 5 W.
+    cheap = [10.0 + 2.0 * c for c in range(0, 11)]
+    dear = [20.0 + 5.0 * c for c in range(0, 11)]
+    # phi 0.5: a node full of requests runs 5 cores busy. 7 cores of work: 5 on cheap (10 W),
+    # the remaining 2 on dear at its real curve point (10 W).
+    watts = fill_nodes_by_requests(np.array([7.0]), np.array([0.5]), [dear, cheap], [10, 10], [1, 1], [1, 1])
+    assert watts.tolist() == pytest.approx([20.0])
+    # beyond both nodes' phi share (10 cores): the rest above phi, cheapest first
+    beyond = fill_nodes_by_requests(np.array([12.0]), np.array([0.5]), [dear, cheap], [10, 10], [1, 1], [1, 1])
+    assert beyond.tolist() == pytest.approx([10.0 + 25.0 + 2 * 2.0])
+
+
+def test_filling_by_requests_is_never_below_the_fluid_hull() -> None:
+    rng = np.random.default_rng(7)
+    curves = [np.cumsum(np.r_[50.0, rng.uniform(1, 40, 10)]) for _ in range(4)]
+    cores, speeds, counts = [64, 128, 48, 256], [1.0, 0.9, 0.8, 1.05], [3, 2, 4, 1]
+    pieces = concat([hull_pieces(c, n, s, k) for c, n, s, k in zip(curves, cores, speeds, counts, strict=True)])
+    rate = rng.uniform(0, 600, 300)
+    phi = rng.uniform(0.3, 1.0, 300)
+    aware = fill_nodes_by_requests(rate, phi, curves, cores, speeds, counts)
+    assert np.all(aware >= fill_cheapest_first(rate, pieces) - 1e-6)

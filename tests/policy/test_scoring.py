@@ -254,19 +254,24 @@ def test_scores_are_relative_to_the_cluster_wide_best() -> None:
     nodes = [node("best"), node("ten-percent-worse", speed=1 / 1.1), node("worse", speed=1 / 1.3)]
     arrays = NodeArrays.build(nodes)
     slice_without_best = np.array([1, 2])
-    cluster = evaluate(arrays, slice_without_best, PodDemand(4.0), PolicyConfig(), now=0.0)
+    cfg = PolicyConfig(score_scale="cluster")
+    cluster = evaluate(arrays, slice_without_best, PodDemand(4.0), cfg, now=0.0)
     assert list(cluster.scores) == [8, 4]
     request = evaluate(arrays, slice_without_best, PodDemand(4.0), PolicyConfig(score_scale="request"), now=0.0)
     assert list(request.scores) == [10, 6]
-    whole = evaluate(arrays, np.array([0, 1, 2]), PodDemand(4.0), PolicyConfig(), now=0.0)
+    whole = evaluate(arrays, np.array([0, 1, 2]), PodDemand(4.0), cfg, now=0.0)
     assert list(whole.scores) == [10, 8, 4]
+    # the request's own rows give the same figures either way
+    assert cluster.energy_joules.tolist() == pytest.approx(request.energy_joules.tolist())
 
 
 def test_the_cluster_wide_best_skips_nodes_the_pod_cannot_use() -> None:
     # A stale node and a node the pod would saturate do not set the scale for the others.
     nodes = [node("stale", updated=0.0), node("full", utilisation=0.99), node("a"), node("b", speed=1 / 1.1)]
-    ev = run(nodes, PodDemand(4.0), PolicyConfig(max_age_seconds=60), now=1000.0)
-    assert list(ev.scores[2:]) == [10, 8]
+    arrays = NodeArrays.build(nodes)
+    cfg = PolicyConfig(max_age_seconds=60, score_scale="cluster")
+    ev = evaluate(arrays, np.array([2, 3]), PodDemand(4.0), cfg, now=1000.0)
+    assert list(ev.scores) == [10, 8]
 
 
 # -- GPU servers are kept for GPU work --------------------------------------------------------
