@@ -48,7 +48,7 @@ from joulesched.sim.bound import bound_for_runs  # noqa: E402
 from joulesched.sim.cluster import ClusterSpec, load_cluster, parse_cluster  # noqa: E402
 from joulesched.sim.demo import EXAMPLE_CLUSTER  # noqa: E402
 from joulesched.sim.model import Trace, Workload  # noqa: E402
-from joulesched.sim.runner import POLICIES, VARIANTS, RunOptions, comparison, run_policies  # noqa: E402
+from joulesched.sim.runner import DEFAULT_EXTENDER_WEIGHT, POLICIES, VARIANTS, RunOptions, comparison, run_policies  # noqa: E402
 from joulesched.sim.traces import read_openb_nodes, read_openb_pods, read_wfformat  # noqa: E402
 from joulesched.sim.traces.synthetic import independent_pods  # noqa: E402
 
@@ -168,9 +168,13 @@ def with_autoscaler(cluster: ClusterSpec, on: bool) -> ClusterSpec:
 # -- runs and checks -----------------------------------------------------------------------------
 
 
+EXTENDER_WEIGHT = DEFAULT_EXTENDER_WEIGHT  # --extender-weight
+
+
 def run_case(cluster: ClusterSpec, workload: Workload, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
-    runs = run_policies(cluster, workload, RunOptions(policies=ALL_POLICIES, seed=seed, record_timeseries=False))
+    opts = RunOptions(policies=ALL_POLICIES, seed=seed, record_timeseries=False, extender_weight=EXTENDER_WEIGHT)
+    runs = run_policies(cluster, workload, opts)
     cmp = comparison(runs)
     bound = bound_for_runs(cluster, workload, runs, seed=seed)
     policies = {}
@@ -319,9 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--copies", type=int, default=None, help="submissions of each workflow (4; quick: 1)")
     ap.add_argument("--openb-every", type=int, default=None, help="keep every N-th openb pod and 1/N of the nodes (10; quick: 40)")
     ap.add_argument("--load-pods", type=int, default=None, help="synthetic pods per load level (4,000; quick: 1,500)")
+    ap.add_argument("--extender-weight", type=int, default=DEFAULT_EXTENDER_WEIGHT, help="the extender's weight in kube-scheduler (default: deploy/'s)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "policy-targets.json")
     ap.add_argument("--write-openb-cluster", type=Path, default=None, help="write the scaled openb cluster spec and exit")
     args = ap.parse_args(argv)
+    global EXTENDER_WEIGHT
+    EXTENDER_WEIGHT = args.extender_weight
     copies = args.copies or (1 if args.quick else 4)
     every = args.openb_every or (40 if args.quick else 10)
     load_pods = args.load_pods or (1500 if args.quick else 4000)
