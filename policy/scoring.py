@@ -26,8 +26,7 @@ import numpy as np
 from joulesched.policy.config import MAX_SCORE, PolicyConfig
 from joulesched.policy.demand import PodDemand
 from joulesched.policy.profile import CURVE_POINTS, NodeArrays
-
-JOULES_PER_KWH = 3.6e6
+from joulesched.policy.units import JOULES_PER_KWH
 
 # Reasons a node is not scored on its cost; the explain output and metrics use these words.
 REASON_UNKNOWN = "no profile for this node"

@@ -29,12 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim import kube
 from joulesched.sim.cluster import ClusterSpec, Node, profile_document
 from joulesched.sim.extender import ClusterView, Extender, PodRequest
 from joulesched.sim.model import PodSpec, Workload
-
-JOULES_PER_KWH = 3.6e6
 
 # Event kinds, in the order they are handled at equal times.
 FINISH, NODE_READY, SAMPLE, ARRIVE, SCALE_DOWN = 0, 1, 2, 3, 4
