@@ -17,7 +17,16 @@ from joulesched.sim.attribution import INTERVALS, METHODS, PHASES
 from joulesched.sim.cluster import ClusterSpec
 from joulesched.sim.model import Workload
 from joulesched.sim.progress import Progress
-from joulesched.sim.runner import PolicyRun, RunOptions, attribution_runs, comparison, run_policies, targets
+from joulesched.sim.runner import (
+    PolicyRun,
+    RunOptions,
+    attribution_runs,
+    comparison,
+    describe_extender,
+    policy_config_dict,
+    run_policies,
+    targets,
+)
 
 FORMAT = "joulesched-sim-results"
 VERSION = 1
@@ -74,7 +83,7 @@ def target_notes(
     cluster: ClusterSpec,
 ) -> list[str]:
     """Why a target was missed, in numbers the report already has."""
-    notes = []
+    notes: list[str] = []
     base = runs.get("default")
     if base is None:
         return notes
@@ -118,8 +127,6 @@ def execute(
     inputs: Sequence[str] = (),
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from joulesched.sim.cli import describe_extender, policy_config_dict
-
     out.mkdir(parents=True, exist_ok=True)
     progress = Progress()
     started = time.perf_counter()

@@ -60,6 +60,25 @@ class PolicyRun:
     metrics: dict[str, Any]
 
 
+def describe_extender(opts: RunOptions) -> str:
+    """Where the energy and carbon policies are answered: in process, or the extenders' URLs."""
+    if not opts.extender_urls:
+        return "in-process policy"
+    return "HTTP extender: " + ", ".join(f"{k}={v}" for k, v in sorted(opts.extender_urls.items()))
+
+
+def policy_config_dict(cfg: PolicyConfig) -> dict[str, Any]:
+    """The policy settings a run records in its results."""
+    return {
+        "band": cfg.band,
+        "neutral_score": cfg.neutral_score,
+        "reference_runtime_seconds": cfg.reference_runtime_seconds,
+        "gpu_pod_utilisation": cfg.gpu_pod_utilisation,
+        "power_cap_enabled": cfg.power_cap_enabled,
+        "power_cap_headroom": cfg.power_cap_headroom,
+    }
+
+
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:
     unknown = [n for n in names if n not in POLICIES + VARIANTS]
     if unknown:
