@@ -88,7 +88,8 @@ class NodeTrack:
         return self._cumulative(per_core), self._cumulative(per_pod)
 
     def at(self, cumulative: np.ndarray, when: np.ndarray | float) -> np.ndarray:
-        return np.interp(when, self.t, cumulative)
+        value: np.ndarray = np.interp(when, self.t, cumulative)
+        return value
 
     def step_at(self, values: np.ndarray, when: np.ndarray) -> np.ndarray:
         """The step function's value at ``when`` (the last step starting at or before it)."""
@@ -195,7 +196,8 @@ class Attribution:
         cum_pod = np.concatenate(([0.0], np.cumsum(per_pod)))
         a = np.searchsorted(reads, s)
         b = np.searchsorted(reads, e)
-        return u * (cum_core[b] - cum_core[a]) + (cum_pod[b] - cum_pod[a])
+        pod_joules: np.ndarray = u * (cum_core[b] - cum_core[a]) + (cum_pod[b] - cum_pod[a])
+        return pod_joules
 
     # -- Prometheus ---------------------------------------------------------------------------
 
@@ -204,7 +206,8 @@ class Attribution:
         tr = self.tracks[n]
         _, _, per_core, per_pod = self._fns[n]
         s, u = self.start[i], self.usage[i]
-        return u * (tr.at(per_core, times) - tr.at(per_core, s)) + (tr.at(per_pod, times) - tr.at(per_pod, s))
+        counter: np.ndarray = u * (tr.at(per_core, times) - tr.at(per_core, s)) + (tr.at(per_pod, times) - tr.at(per_pod, s))
+        return counter
 
     def _pod_power(self, i: int, times: np.ndarray) -> np.ndarray:
         tr = self.tracks[int(self.node[i])]
