@@ -56,7 +56,7 @@ def _cluster_summary(cluster: ClusterSpec) -> dict[str, Any]:
             name: {
                 "pue": s.pue,
                 "wue": s.wue,
-                "carbon": s.carbon.source,
+                "carbon": s.carbon.name,
                 "carbon_mean_g_per_kwh": s.carbon.mean(),
                 "carbon_filled_hours": s.carbon.filled_hours,
                 "zone": s.zone,
