@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -47,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from joulesched.contracts.net import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-k8s.sh"
@@ -173,13 +174,6 @@ class ManagedProcess:
 # --------------------------------------------------------------------------
 # small helpers
 # --------------------------------------------------------------------------
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def find_go() -> str | None:
     """The go binary: $GO, `go` on PATH, or /usr/local/go/bin/go."""
