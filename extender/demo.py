@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from joulesched.contracts.net import free_port
+from joulesched.contracts.net import free_port as free_port  # re-exported: extender/bench.py and tests use it from here
 
 EXAMPLE_POD: dict[str, Any] = {
     "apiVersion": "v1",
