@@ -20,7 +20,6 @@ import argparse
 import importlib.util
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+
+from joulesched.contracts.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {1.0: 0.005, 0.1: 0.05}
@@ -56,12 +57,6 @@ def build_node(base: Path, pods: int) -> tuple[object, object, object, list[str]
         cgroup.add_pod(uid, qos, cpu_seconds=0.0, requests_millicores=250 + 10 * i, containers=2)
         uids.append(uid)
     return powercap, cgroup, proc, uids
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:

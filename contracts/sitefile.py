@@ -145,9 +145,18 @@ def _parse_time(text: str) -> float:
 
 
 def read_intensity_csv(
-    path: str | Path, column: str = "avg_CI", *, missing: str = "interpolate", outside: str = "error"
+    path: str | Path,
+    column: str = "avg_CI",
+    *,
+    missing: str = "interpolate",
+    outside: str = "error",
+    step: float | None = None,
 ) -> IntensitySeries:
-    """Read a carbon-intensity series; :class:`SeriesFileError` lists every bad line and field."""
+    """Read a carbon-intensity series; :class:`SeriesFileError` lists every bad line and field.
+
+    ``step`` (seconds): every row must follow the previous one by exactly that much (the
+    simulator's hourly files); without it any increasing times are a step function.
+    """
     name = str(path)
     if missing not in MISSING_POLICIES:
         raise ValueError(f"missing must be one of {', '.join(MISSING_POLICIES)}, got {missing!r}")
@@ -185,6 +194,9 @@ def read_intensity_csv(
             continue
         if times and t <= times[-1]:
             problems.append(f"line {lineno}: field 'timestamp': {stamp} does not follow the previous row's time")
+            continue
+        if times and step is not None and abs(t - times[-1] - step) > 1e-6:
+            problems.append(f"line {lineno}: field 'timestamp': {stamp} is not {step:g} s after the previous row")
             continue
         raw = row[ci].strip()
         if raw == "":

@@ -9,7 +9,8 @@ the classes are in ``extender/errors.py``)::
 
     ExtenderError                  root of every error the extender itself raises
     ├── WireError (ValueError)     a request body that is not a valid extender message → 400
-    └── BindDisabled               the bind verb is not enabled → 404
+    ├── BindDisabled               the bind verb is not enabled → 404
+    └── ExpanderError              ``joulesched expander``: bad input or settings → exit 2
 
     policy.PolicyError             from the policy layer, passed through unchanged
     ├── QuantityError              a pod field the policy cannot read (a bad quantity) → 400
@@ -22,6 +23,6 @@ Configuration errors stay :class:`policy.errors.ConfigError`, the one class ever
 launcher reports it the same way as the agent does.
 """
 
-from joulesched.extender.errors import BindDisabled, ExtenderError, WireError
+from joulesched.extender.errors import BindDisabled, ExpanderError, ExtenderError, WireError
 
-__all__ = ["BindDisabled", "ExtenderError", "WireError"]
+__all__ = ["BindDisabled", "ExpanderError", "ExtenderError", "WireError"]

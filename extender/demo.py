@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import time
 from typing import Any
 
 import orjson
+
+from joulesched.contracts.net import free_port as free_port  # re-exported: extender/bench.py and tests use it from here
 
 EXAMPLE_POD: dict[str, Any] = {
     "apiVersion": "v1",
@@ -26,12 +27,6 @@ EXAMPLE_POD: dict[str, Any] = {
         "containers": [{"name": "bwa", "image": "example/bwa:0.7", "resources": {"requests": {"cpu": "8", "memory": "16Gi"}}}],
     },
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:

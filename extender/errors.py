@@ -15,4 +15,8 @@ class BindDisabled(ExtenderError):
     """The bind verb was called but is not enabled."""
 
 
-__all__ = ["BindDisabled", "ExtenderError", "WireError"]
+class ExpanderError(ExtenderError):
+    """``joulesched expander``: bad input or settings (exit status 2)."""
+
+
+__all__ = ["BindDisabled", "ExpanderError", "ExtenderError", "WireError"]

@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from joulesched.extender.errors import ExpanderError
 from joulesched.policy.efficiency import STRATEGIES, Efficiency, group_efficiency, priorities, profile_efficiency
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.profile import ProfileSet
@@ -63,10 +64,6 @@ FALLBACK_PRIORITY = 1
 FALLBACK_REGEX = ".*"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "joulesched"}
 RE2_SPECIAL = set("\\.+*?()|[]{}^$")
-
-
-class ExpanderError(Exception):
-    """Bad input or settings: exit status 2."""
 
 
 def escape(name: str) -> str:

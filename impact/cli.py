@@ -41,8 +41,9 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from joulesched.impact.errors import ReportError
 from joulesched.impact.output import render_chart, render_csv, render_table
-from joulesched.impact.query import Prometheus, ReportError, Scope, fetch, iso
+from joulesched.impact.query import Prometheus, Scope, fetch, iso
 from joulesched.impact.report import BY_CHOICES, Report, build_report
 from joulesched.policy import impact
 

@@ -34,10 +34,12 @@ from typing import Any
 import yaml
 
 from joulesched.contracts import names as n
+from joulesched.policy import units
 
 WINDOW = "1m"
 WINDOW_SECONDS = 60
-JOULES_PER_KWH = "3.6e6"
+# policy.units.JOULES_PER_KWH as a PromQL literal: "3.6e6"
+JOULES_PER_KWH = f"{units.JOULES_PER_KWH / 1e6:g}e6"
 
 # Output labels of the workload levels (kube-state-metrics provides the pod → owner/label maps).
 OWNER_LABELS = (n.L_OWNER_KIND, n.L_OWNER)

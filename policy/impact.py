@@ -38,10 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from joulesched.policy.units import JOULES_PER_KWH
+
 FloatArray = npt.NDArray[np.float64]
 ArrayLike = FloatArray | float
 
-JOULES_PER_KWH = 3.6e6
 FUNCTIONAL_UNITS = ("request", "run", "hour")
 
 

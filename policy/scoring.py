@@ -30,9 +30,9 @@ import numpy as np
 
 from joulesched.policy.config import MAX_SCORE, PolicyConfig
 from joulesched.policy.demand import PodDemand
-from joulesched.policy.profile import AVOIDABLE_IDLE, CURVE_POINTS, NodeArrays
-
-JOULES_PER_KWH = 3.6e6
+from joulesched.policy.power import curve_power
+from joulesched.policy.profile import AVOIDABLE_IDLE, NodeArrays
+from joulesched.policy.units import JOULES_PER_KWH
 
 # Reasons a node is not scored on its cost; the explain output and metrics use these words.
 REASON_UNKNOWN = "no profile for this node"
@@ -70,26 +70,6 @@ class Evaluation:
         if self.failed[i]:
             return f"power cap: projected {self.projected_watts[i]:.0f} W would exceed the cap less {cfg.power_cap_headroom:.0%} headroom"
         return ""
-
-
-def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:
-    """P(u) for each row's curve, linear between the 11 points.
-
-    ``utilisation`` has one value per row, or shape (k, rows) to evaluate k utilisations of
-    every row in one pass. Demand beyond the node's capacity (u > 1) is time-shared: the work
-    takes u times as long at full power, so the curve continues as P(1) × u. A saturated node
-    is therefore the most expensive place for more work, never a free one (clipping at 1
-    would make its marginal power zero and let a full node win every pod of a burst).
-    """
-    u = np.maximum(utilisation, 0.0)
-    x = np.minimum(u, 1.0) * (CURVE_POINTS - 1)
-    lo = np.minimum(x.astype(np.intp), CURVE_POINTS - 2)
-    frac = x - lo
-    rows = np.arange(curve.shape[0])
-    left = curve[rows, lo]
-    right = curve[rows, lo + 1]
-    power: np.ndarray = left + (right - left) * frac + np.maximum(u - 1.0, 0.0) * curve[:, CURVE_POINTS - 1]
-    return power
 
 
 def normalise(cost: np.ndarray, eligible: np.ndarray, band: float, best: float | None = None) -> np.ndarray:

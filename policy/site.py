@@ -32,6 +32,8 @@ Errors (added to the tree in ``policy/__init__.py``)::
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -103,6 +105,8 @@ class IntensitySeries:
     label: str = ""
     filled: int = 0
     _cum: FloatArray = field(init=False, repr=False, compare=False)
+    # The same numbers as Python lists, for the scalar integral (no array per call).
+    _scalars: tuple[list[float], list[float], list[float]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         starts = np.asarray(self.starts, dtype=np.float64)
@@ -127,6 +131,7 @@ class IntensitySeries:
         object.__setattr__(self, "starts", starts)
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "_cum", cum)
+        object.__setattr__(self, "_scalars", (starts.tolist(), values.tolist(), cum.tolist()))
 
     @classmethod
     def regular(
@@ -189,8 +194,36 @@ class IntensitySeries:
     def integral(self, a: float, b: float) -> float:
         if b <= a:
             return 0.0
+        if math.isfinite(a) and math.isfinite(b):  # the scalar twin of _primitive: same operations, same bits
+            start = self._primitive_scalar(float(a))
+            return self._primitive_scalar(float(b)) - start
         ends = self._primitive(np.array([a, b], dtype=np.float64))
         return float(ends[1] - ends[0])
+
+    def _primitive_scalar(self, x: float) -> float:
+        """:meth:`_primitive` of one finite ``x``, operation for operation in Python floats (a
+        simulation integrates one interval per event, where building arrays would dominate)."""
+        starts, values, cum = self._scalars
+        s0, end = starts[0], self.end
+        if self.outside == "wrap":
+            period = self.period
+            periods = float(math.floor((x - s0) / period))
+            return periods * cum[-1] + self._inside_scalar(x - periods * period)
+        if self.outside == "error":
+            if x < s0 or x > end:
+                raise IntensityUnavailable(
+                    f"carbon intensity {self.name}: no value at {x:.0f} (series covers {s0:.0f} to {end:.0f}); "
+                    "extend the series, set outside: hold or wrap, or give a fallback"
+                )
+            return self._inside_scalar(x)
+        before = min(x - s0, 0.0) * values[0]
+        after = max(x - end, 0.0) * values[-1]
+        return before + self._inside_scalar(min(max(x, s0), end)) + after
+
+    def _inside_scalar(self, x: float) -> float:
+        starts, values, cum = self._scalars
+        k = min(max(bisect_right(starts, x) - 1, 0), len(values) - 1)
+        return cum[k] + values[k] * (x - starts[k])
 
     def integrals(self, starts: FloatArray, ends: FloatArray) -> FloatArray:
         """``∫ I dt`` over many intervals at once (vectorised :meth:`integral`)."""

@@ -10,7 +10,7 @@ pod belongs to no pod. A pod's true energy is the integral of its share. Node en
 
 * ``counter_edges`` — what the agent does: read the node's energy counter and every pod's
   CPU time at each pod start and end on the node, and split each counter difference by the
-  pods' CPU-time differences. Exact in the model (between task edges nothing changes); its
+  pods' CPU-time differences with the agent's own :func:`policy.attribution.attribute`. Exact in the model (between task edges nothing changes); its
   real-world error is the sensor's (what RAPL/IPMI covers), not the method's.
 * ``cpu_share`` — one split per task over its whole life: node energy during the task ×
   the task's CPU time / all CPU time on the node during the task.
@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from joulesched.policy.attribution import PodUsage, attribute
+from joulesched.policy.energy import NodeSplit
 from joulesched.sim.engine import SimResult
 
 INTERVALS = (15.0, 30.0)
@@ -88,7 +90,8 @@ class NodeTrack:
         return self._cumulative(per_core), self._cumulative(per_pod)
 
     def at(self, cumulative: np.ndarray, when: np.ndarray | float) -> np.ndarray:
-        return np.interp(when, self.t, cumulative)
+        value: np.ndarray = np.interp(when, self.t, cumulative)
+        return value
 
     def step_at(self, values: np.ndarray, when: np.ndarray) -> np.ndarray:
         """The step function's value at ``when`` (the last step starting at or before it)."""
@@ -175,27 +178,51 @@ class Attribution:
 
     @staticmethod
     def _counter_edges(tr: NodeTrack, energy: np.ndarray, s: np.ndarray, e: np.ndarray, u: np.ndarray) -> np.ndarray:
-        """Counter read at every pod start/end on the node; each difference split by CPU time."""
+        """The agent's attribution (:func:`policy.attribution.attribute`) at every pod edge.
+
+        The node's energy counter and every pod's CPU time are read at each pod start and end on
+        the node; each read interval's energy ``E`` goes to :func:`attribute` with the running
+        pods' CPU time ``u × dt``, equal requests and the ``requests`` idle policy. Between two
+        reads the node's power is constant: while a pod is busy all of ``E`` is dynamic (idle
+        power 0, as the ground truth shares the whole power by busy cores); while none is, the
+        node's power is its idle power (``E / dt``), which the requests split equally among the
+        pods present.
+        """
         reads = np.unique(np.concatenate((s, e)))
         if len(reads) < 2:
             return np.zeros(len(s))
-        d_energy = np.diff(tr.at(energy, reads))
-        # Busy cores in each read interval: the pods running over all of it (constant inside).
-        busy = np.zeros(len(reads) - 1)
-        count = np.zeros(len(reads) - 1)
-        for si, ei, ui in zip(s, e, u, strict=True):
-            a = np.searchsorted(reads, si)
-            b = np.searchsorted(reads, ei)
-            busy[a:b] += ui
-            count[a:b] += 1
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_core = np.where(busy > 0, d_energy / np.where(busy > 0, busy, 1.0), 0.0)
-            per_pod = np.where((busy <= 0) & (count > 0), d_energy / np.maximum(count, 1.0), 0.0)
-        cum_core = np.concatenate(([0.0], np.cumsum(per_core)))
-        cum_pod = np.concatenate(([0.0], np.cumsum(per_pod)))
-        a = np.searchsorted(reads, s)
-        b = np.searchsorted(reads, e)
-        return u * (cum_core[b] - cum_core[a]) + (cum_pod[b] - cum_pod[a])
+        d_energy = np.diff(tr.at(energy, reads)).tolist()
+        dt = np.diff(reads).tolist()
+        first = np.searchsorted(reads, s).tolist()  # the pod runs over read intervals first..last-1
+        last = np.searchsorted(reads, e).tolist()
+        usage = [float(x) for x in u]
+        uids = [str(j) for j in range(len(s))]
+        starting: dict[int, list[int]] = {}
+        for j, k in enumerate(first):
+            starting.setdefault(k, []).append(j)
+        joules = [0.0] * len(s)
+        running: set[int] = set()
+        for k in range(len(dt)):
+            running.update(starting.get(k, ()))
+            running.difference_update([j for j in running if last[j] <= k])
+            if not running:
+                continue
+            cpu = {uids[j]: PodUsage(usage[j] * dt[k], 1.0) for j in sorted(running)}
+            busy = sum(c.cpu_seconds for c in cpu.values())
+            split = NodeSplit("model", d_energy[k], {"cpu": d_energy[k]}, {}, None, {})
+            shares = attribute(
+                split,
+                dt[k],
+                busy,
+                cpu,
+                idle_watts=0.0 if busy > 0 else d_energy[k] / dt[k],
+                gpu_idle_watts={},
+                gpu_other_use={},
+                policy="requests",
+            )
+            for j in running:
+                joules[j] += sum(shares.pods[uids[j]].values())
+        return np.array(joules)
 
     # -- Prometheus ---------------------------------------------------------------------------
 
@@ -204,7 +231,8 @@ class Attribution:
         tr = self.tracks[n]
         _, _, per_core, per_pod = self._fns[n]
         s, u = self.start[i], self.usage[i]
-        return u * (tr.at(per_core, times) - tr.at(per_core, s)) + (tr.at(per_pod, times) - tr.at(per_pod, s))
+        counter: np.ndarray = u * (tr.at(per_core, times) - tr.at(per_core, s)) + (tr.at(per_pod, times) - tr.at(per_pod, s))
+        return counter
 
     def _pod_power(self, i: int, times: np.ndarray) -> np.ndarray:
         tr = self.tracks[int(self.node[i])]

@@ -20,7 +20,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -415,20 +414,3 @@ def cmd_generate(args: argparse.Namespace) -> int:
         write_pod_csv(trace, args.out)
     print(f"wrote {args.out}")
     return 0
-
-
-def describe_extender(opts: RunOptions) -> str:
-    if not opts.extender_urls:
-        return "in-process policy"
-    return "HTTP extender: " + ", ".join(f"{k}={v}" for k, v in sorted(opts.extender_urls.items()))
-
-
-def policy_config_dict(cfg: PolicyConfig) -> dict[str, Any]:
-    return {
-        "band": cfg.band,
-        "neutral_score": cfg.neutral_score,
-        "reference_runtime_seconds": cfg.reference_runtime_seconds,
-        "gpu_pod_utilisation": cfg.gpu_pod_utilisation,
-        "power_cap_enabled": cfg.power_cap_enabled,
-        "power_cap_headroom": cfg.power_cap_headroom,
-    }

@@ -50,7 +50,7 @@ from joulesched.policy.demand import QuantityError, parse_quantity
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.profile import CURVE_POINTS, linear_curve
 from joulesched.policy.validate import Checker
-from joulesched.sim.carbon import HOUR, MISSING_POLICIES, CarbonSeries, parse_start, read_hourly_csv
+from joulesched.sim.carbon import HOUR, MISSING_POLICIES, SiteCarbon, parse_start, read_hourly_series
 from joulesched.sim.errors import ClusterError
 
 DEFAULT_START = "2022-06-01T00:00:00Z"
@@ -85,7 +85,7 @@ class SiteSpec:
     name: str
     pue: float = 1.0
     wue: float = 0.0
-    carbon: CarbonSeries = field(default_factory=lambda: CarbonSeries.constant(0.0))
+    carbon: SiteCarbon = field(default_factory=lambda: SiteCarbon.constant(0.0))
     zone: str = ""
     renewable_share: float = 0.0
 
@@ -240,7 +240,7 @@ def _parse_site(
     if "carbon_intensity" in body and "carbon_series" in body:
         check.problem(path, "give either carbon_intensity or carbon_series, not both")
         return None
-    carbon: CarbonSeries | None = None
+    carbon: SiteCarbon | None = None
     if "carbon_series" in body:
         series = check.mapping(body.get("carbon_series"), f"{path}.carbon_series")
         check.unknown_keys(series, ("file", "column", "missing"), f"{path}.carbon_series")
@@ -252,14 +252,14 @@ def _parse_site(
         if file is not None and missing is not None:
             resolved = Path(file) if Path(file).is_absolute() or base_dir is None else base_dir / file
             try:
-                carbon = read_hourly_csv(resolved, column, missing=missing, offset=start)
+                carbon = read_hourly_series(resolved, column, missing=missing, offset=start)
             except ClusterError as err:
                 for problem in err.problems:
                     check.problem(f"{path}.carbon_series.file", f"{resolved}: {problem}")
     else:
         ci = check.number(body, "carbon_intensity", path, default=0.0, minimum=0.0)
         if ci is not None:
-            carbon = CarbonSeries.constant(ci, f"constant {ci:g} g/kWh")
+            carbon = SiteCarbon.constant(ci)
     if None in (pue, wue, share) or carbon is None:
         return None
     return SiteSpec(name, pue, wue, carbon, zone, share)  # type: ignore[arg-type]

@@ -30,12 +30,13 @@ from typing import Any
 import numpy as np
 
 from joulesched.policy.efficiency import efficiency, priorities
+from joulesched.policy.power import drawn_watts
+from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim import kube
 from joulesched.sim.cluster import ClusterSpec, Node, profile_document
 from joulesched.sim.extender import ClusterView, Extender, PodRequest
 from joulesched.sim.model import PodSpec, Workload
-
-JOULES_PER_KWH = 3.6e6
+from joulesched.sim.schedstate import SchedulingState, needs_of
 
 # Event kinds, in the order they are handled at equal times.
 FINISH, NODE_READY, SAMPLE, ARRIVE, SCALE_DOWN = 0, 1, 2, 3, 4
@@ -106,6 +107,14 @@ class Engine:
         self.nodes = cluster.nodes()
         self._init_nodes()
         self._init_pods(workload.pods)
+        self._reset_view()
+
+    def _reset_view(self) -> None:
+        self.view_version = 0
+        self._view_cache: ClusterView | None = None
+        self._sites = list(self.cluster.sites.values())
+        self._carbon_key: tuple[int, ...] = ()
+        self._carbon_now: dict[str, float] = {}
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -114,20 +123,6 @@ class Engine:
         types = [c.node_types[n.type_index] for n in self.nodes]
         n = len(self.nodes)
         self.n_nodes = n
-        self.alloc_cpu = np.array([kube.milli_cpu(t.cores) for t in types], dtype=np.int64)
-        self.alloc_mem = np.array([math.ceil(t.memory_bytes) for t in types], dtype=np.int64)
-        self.alloc_gpu = np.array([t.gpus.count for t in types], dtype=np.int64)
-        self.max_pods = np.array([t.max_pods for t in types], dtype=np.int64)
-        self.req_cpu = np.zeros(n, dtype=np.int64)
-        self.req_mem = np.zeros(n, dtype=np.int64)
-        self.req_gpu = np.zeros(n, dtype=np.int64)
-        self.nz_cpu = np.zeros(n, dtype=np.int64)
-        self.nz_mem = np.zeros(n, dtype=np.int64)
-        self.npods = np.zeros(n, dtype=np.int64)
-        self.free_cpu = self.alloc_cpu.copy()  # allocatable minus requested, kept up to date
-        self.free_mem = self.alloc_mem.copy()
-        self.free_gpu = self.alloc_gpu.copy()
-        self.free_pods = self.max_pods.copy()
         self._not_ready = 0  # nodes that exist but are not Ready (booting)
         self.usage = np.zeros(n)  # busy cores
         self.gpu_busy = np.zeros(n)  # busy GPU-equivalents
@@ -143,9 +138,6 @@ class Engine:
         self.site_index = np.array([sites.index(s) for s in self.site_of])
         self.pue = [c.sites[s].pue for s in self.site_of]
         self.series = [c.sites[s].carbon for s in self.site_of]
-        zones = sorted({nd.zone for nd in self.nodes})
-        self.zone_of = np.array([zones.index(nd.zone) for nd in self.nodes])
-        self.n_zones = len(zones)
         self.type_of = np.array([nd.type_index for nd in self.nodes])
         self.state = np.full(n, READY, dtype=np.int8)
         self.power = [self._power_of(i) for i in range(n)]
@@ -167,11 +159,13 @@ class Engine:
     def _init_pods(self, pods: Sequence[PodSpec]) -> None:
         m = len(pods)
         self.pods = pods
-        self.p_cpu = np.array([kube.milli_cpu(p.cpu_request) for p in pods], dtype=np.int64)
-        self.p_mem = np.array([math.ceil(p.memory_request) for p in pods], dtype=np.int64)
-        self.p_gpu = np.array([p.gpu_request for p in pods], dtype=np.int64)
-        self.p_nzcpu = np.where(self.p_cpu > 0, self.p_cpu, kube.DEFAULT_MILLI_CPU_REQUEST)
-        self.p_nzmem = np.where(self.p_mem > 0, self.p_mem, kube.DEFAULT_MEMORY_REQUEST)
+        groups: dict[str, int] = {}
+        self.p_group = [groups.setdefault(p.group, len(groups)) if p.group else -1 for p in pods]
+        self.sched = SchedulingState(self.cluster, self.profile.fit_strategy, len(groups), self.nodes)
+        self.p_needs = [needs_of(p, g) for p, g in zip(pods, self.p_group, strict=True)]
+        self.p_cpu = np.array([nd.cpu for nd in self.p_needs], dtype=np.int64)
+        self.p_mem = np.array([nd.mem for nd in self.p_needs], dtype=np.int64)
+        self.p_gpu = np.array([nd.gpu for nd in self.p_needs], dtype=np.int64)
         self.p_usage = [float(p.cpu_usage) for p in pods]
         self.p_gpu_busy = [p.gpu_request * p.gpu_usage for p in pods]
         self.p_duration = [float(p.duration) for p in pods]
@@ -181,13 +175,6 @@ class Engine:
         # that fits it: only the power-cap filter does, and only on capped nodes.
         self._walk_retry = self.profile.extender is None or not any(
             nt.power_cap_watts is not None for nt in self.cluster.node_types
-        )
-        groups: dict[str, int] = {}
-        self.p_group = [groups.setdefault(p.group, len(groups)) if p.group else -1 for p in pods]
-        self.group_host = (
-            np.zeros((len(groups), self.n_nodes), dtype=np.int64)
-            if groups
-            else np.zeros((0, self.n_nodes), dtype=np.int64)
         )
         self.children: list[list[int]] = [[] for _ in range(m)]
         self.waiting = [len(p.parents) for p in pods]
@@ -201,31 +188,19 @@ class Engine:
             end=np.full(m, np.nan),
         )
         self._requests = [
-            PodRequest(i, p.name, p.namespace, int(self.p_cpu[i]), int(self.p_mem[i]), int(self.p_gpu[i]))
-            for i, p in enumerate(pods)
+            PodRequest(i, p.name, p.namespace, nd.cpu, nd.mem, nd.gpu)
+            for i, (p, nd) in enumerate(zip(pods, self.p_needs, strict=True))
         ]
-        self.p_cpu_list = self.p_cpu.tolist()
-        self.p_mem_list = self.p_mem.tolist()
-        self.p_gpu_list = self.p_gpu.tolist()
-        self.p_nzcpu_list = self.p_nzcpu.tolist()
-        self.p_nzmem_list = self.p_nzmem.tolist()
 
     # -- power and energy -----------------------------------------------------------------------
 
     def _power_of(self, n: int) -> float:
+        """What node ``n`` draws now: its curve at its utilisation (:func:`policy.power.drawn_watts`,
+        which holds P(1) above u = 1), plus its GPUs' idle power and their busy share of the span."""
         state = self.state[n]
         if state == OFF:
             return 0.0
-        curve = self.curves[n]
-        u = self.usage[n] / self.cores[n] if state == READY else 0.0
-        if u <= 0.0:
-            cpu = curve[0]
-        elif u >= 1.0:
-            cpu = curve[-1]
-        else:
-            x = u * 10.0
-            k = min(int(x), 9)
-            cpu = curve[k] + (curve[k + 1] - curve[k]) * (x - k)
+        cpu = drawn_watts(self.curves[n], self.usage[n] / self.cores[n] if state == READY else 0.0)
         gpu = self.gpu_idle[n]
         if self.gpu_count[n] and state == READY:
             gpu += min(self.gpu_busy[n], self.gpu_count[n]) * self.gpu_span[n]
@@ -257,7 +232,7 @@ class Engine:
             u = min(self.usage[n] / self.cores[n], 1.0) if self.state[n] == READY else 0.0
             self.util_log.append((t, n, u if self.state[n] != OFF else math.nan))
         if self.opt.record_segments:
-            self.segments[n].append((t, new, self._busy(n), int(self.npods[n])))
+            self.segments[n].append((t, new, self._busy(n), int(self.sched.npods[n])))
 
     def _busy(self, n: int) -> float:
         return float(self.usage[n]) if self.state[n] == READY else 0.0
@@ -282,7 +257,7 @@ class Engine:
             self._carbon_key = key
         carbon_now = self._carbon_now
 
-        held = self.npods > 0
+        held = self.sched.npods > 0
 
         def document() -> dict[str, Any]:
             return profile_document(self.cluster, self.nodes, util.tolist(), gpu.tolist(), carbon_now, held.tolist())
@@ -300,14 +275,7 @@ class Engine:
 
     def _feasible(self, i: int) -> np.ndarray:
         """NodeResourcesFit's filter over every node (False for nodes that are not Ready)."""
-        pc, pm, pg = self.p_cpu_list[i], self.p_mem_list[i], self.p_gpu_list[i]
-        fit = self.free_pods > 0
-        if pc:
-            fit &= self.free_cpu >= pc
-        if pm:
-            fit &= self.free_mem >= pm
-        if pg:
-            fit &= self.free_gpu >= pg
+        fit = self.sched.fits(self.p_needs[i])
         if self._not_ready:
             fit &= self.state == READY
         return fit
@@ -355,73 +323,33 @@ class Engine:
         return True
 
     def _total_scores(self, i: int, cand: np.ndarray, ext_scores: np.ndarray | None) -> np.ndarray:
-        a_cpu, a_mem = self.alloc_cpu[cand], self.alloc_mem[cand]
-        nz_cpu = self.nz_cpu[cand] + self.p_nzcpu_list[i]
-        nz_mem = self.nz_mem[cand] + self.p_nzmem_list[i]
-        # NodeResourcesFit (allocatable cpu and memory are > 0 on every node: validated)
-        if self.profile.fit_strategy == "least":
-            total = (np.maximum(a_cpu - nz_cpu, 0) * 100 // a_cpu + np.maximum(a_mem - nz_mem, 0) * 100 // a_mem) // 2
-        else:
-            total = (np.minimum(nz_cpu, a_cpu) * 100 // a_cpu + np.minimum(nz_mem, a_mem) * 100 // a_mem) // 2
-        pc, pm = self.p_cpu_list[i], self.p_mem_list[i]
-        if pc or pm:  # BalancedAllocation skips best-effort pods
-            req_cpu, req_mem = self.req_cpu[cand], self.req_mem[cand]
-            total = total + kube.balanced_allocation_score(req_cpu + pc, a_cpu, req_mem + pm, a_mem, req_cpu, req_mem)
-        g = self.p_group[i]
-        if g >= 0:
-            host = self.group_host[g]
-            zone_totals = np.bincount(self.zone_of, weights=host, minlength=self.n_zones)
-            zones = self.zone_of[cand]
-            spread = kube.topology_spread_scores(host[cand], zone_totals[zones], len(np.unique(zones)))
-            total = total + kube.WEIGHTS["PodTopologySpread"] * spread
+        """kube-scheduler's total for pod ``i`` on each candidate: the plugins' and the extender's."""
+        total = self.sched.scores(self.p_needs[i], cand)
         if ext_scores is not None:
             total = total + kube.extender_contribution(ext_scores, self.profile.extender_weight)
         return total
 
     def _start(self, i: int, n: int, t: float) -> None:
-        self.req_cpu[n] += self.p_cpu_list[i]
-        self.req_mem[n] += self.p_mem_list[i]
-        self.req_gpu[n] += self.p_gpu_list[i]
-        self.free_cpu[n] -= self.p_cpu_list[i]
-        self.free_mem[n] -= self.p_mem_list[i]
-        self.free_gpu[n] -= self.p_gpu_list[i]
-        self.free_pods[n] -= 1
-        self.nz_cpu[n] += self.p_nzcpu_list[i]
-        self.nz_mem[n] += self.p_nzmem_list[i]
-        self.npods[n] += 1
+        needs = self.p_needs[i]
+        self.sched.bind(needs, n)
         self.usage[n] += self.p_usage[i]
         self.gpu_busy[n] += self.p_gpu_busy[i]
-        g = self.p_group[i]
-        if g >= 0:
-            self.group_host[g, n] += 1
         self.idle_version[n] += 1
         self._repower(n, t)
         self.outcome.node[i] = n
         self.outcome.start[i] = t
-        speed = self.gpu_speed[n] if self.p_gpu_list[i] else self.speed[n]
+        speed = self.gpu_speed[n] if needs.gpu else self.speed[n]
         self._push(t + self.p_duration[i] / speed, FINISH, i)
         self.decisions += 1
 
     def _finish(self, i: int, t: float) -> None:
         n = int(self.outcome.node[i])
-        self.req_cpu[n] -= self.p_cpu_list[i]
-        self.req_mem[n] -= self.p_mem_list[i]
-        self.req_gpu[n] -= self.p_gpu_list[i]
-        self.free_cpu[n] += self.p_cpu_list[i]
-        self.free_mem[n] += self.p_mem_list[i]
-        self.free_gpu[n] += self.p_gpu_list[i]
-        self.free_pods[n] += 1
-        self.nz_cpu[n] -= self.p_nzcpu_list[i]
-        self.nz_mem[n] -= self.p_nzmem_list[i]
-        self.npods[n] -= 1
+        self.sched.unbind(self.p_needs[i], n)
         self.usage[n] -= self.p_usage[i]
         self.gpu_busy[n] -= self.p_gpu_busy[i]
-        if self.npods[n] == 0:  # no rounding residue on an empty node
+        if self.sched.npods[n] == 0:  # no rounding residue on an empty node
             self.usage[n] = 0.0
             self.gpu_busy[n] = 0.0
-        g = self.p_group[i]
-        if g >= 0:
-            self.group_host[g, n] -= 1
         self._repower(n, t)
         self.outcome.end[i] = t
         self.finished += 1
@@ -430,7 +358,7 @@ class Engine:
             if self.waiting[c] == 0:
                 self._push(t, ARRIVE, c)
         self._retry_pending(n)
-        if self.npods[n] == 0 and self.cluster.autoscaler.enabled:
+        if self.sched.npods[n] == 0 and self.cluster.autoscaler.enabled:
             self.idle_version[n] += 1
             self._push(t + self.cluster.autoscaler.scale_down_unneeded_seconds, SCALE_DOWN, n, self.idle_version[n])
 
@@ -472,10 +400,10 @@ class Engine:
         if not self.pending or self.state[n] != READY:
             return
         idx = self._pending_array()
-        if self.free_pods[n] <= 0:
+        if self.sched.free_pods[n] <= 0:
             return
-        fits = (self.p_cpu[idx] <= self.free_cpu[n]) & (self.p_mem[idx] <= self.free_mem[n])
-        fits &= self.p_gpu[idx] <= self.free_gpu[n]
+        fits = (self.p_cpu[idx] <= self.sched.free_cpu[n]) & (self.p_mem[idx] <= self.sched.free_mem[n])
+        fits &= self.p_gpu[idx] <= self.sched.free_gpu[n]
         moved = idx[fits]
         if len(moved) == 0:
             return
@@ -488,8 +416,8 @@ class Engine:
 
     def _walk_queue(self, cand: np.ndarray, n: int) -> np.ndarray:
         """The pods of ``cand`` that node ``n`` takes, in queue order, each after those before it."""
-        cpu, mem, gpu = int(self.free_cpu[n]), int(self.free_mem[n]), int(self.free_gpu[n])
-        slots = int(self.free_pods[n])
+        cpu, mem, gpu = int(self.sched.free_cpu[n]), int(self.sched.free_mem[n]), int(self.sched.free_gpu[n])
+        slots = int(self.sched.free_pods[n])
         c_cpu, c_mem, c_gpu = self.p_cpu[cand], self.p_mem[cand], self.p_gpu[cand]
         key_priority = -self.p_priority_arr[cand]
         key_created = np.asarray(self.outcome.created)[cand]
@@ -515,7 +443,8 @@ class Engine:
         auto = self.cluster.autoscaler
         if not auto.enabled:
             return
-        need = (self.p_cpu_list[i], self.p_mem_list[i], self.p_gpu_list[i])
+        needs = self.p_needs[i]
+        need = (needs.cpu, needs.mem, needs.gpu)
         for room in self.reserved.values():  # a node already booting may take it
             if need[0] <= room[0] and need[1] <= room[1] and need[2] <= room[2] and room[3] >= 1:
                 room[0] -= need[0]
@@ -550,7 +479,7 @@ class Engine:
 
             def waste(item: tuple[int, int]) -> float:
                 nt = self.cluster.node_types[item[0]]
-                return (1 - need[0] / 1000 / nt.cores) + (1 - need[1] / nt.memory_bytes)
+                return float((1 - need[0] / 1000 / nt.cores) + (1 - need[1] / nt.memory_bytes))
 
             ti, n = min(fitting, key=waste)
         else:
@@ -561,10 +490,10 @@ class Engine:
         self._repower(n, t)
         self.scale_ups += 1
         self.reserved[n] = [
-            float(self.alloc_cpu[n] - need[0]),
-            float(self.alloc_mem[n] - need[1]),
-            float(self.alloc_gpu[n] - need[2]),
-            float(self.max_pods[n] - 1),
+            float(self.sched.alloc_cpu[n] - need[0]),
+            float(self.sched.alloc_mem[n] - need[1]),
+            float(self.sched.alloc_gpu[n] - need[2]),
+            float(self.sched.max_pods[n] - 1),
         ]
         self._push(t + auto.scale_up_delay_seconds, NODE_READY, n)
 
@@ -574,12 +503,12 @@ class Engine:
         self.reserved.pop(n, None)
         self._repower(n, t)
         self._retry_pending(n)
-        if self.npods[n] == 0 and self.cluster.autoscaler.enabled:
+        if self.sched.npods[n] == 0 and self.cluster.autoscaler.enabled:
             self.idle_version[n] += 1
             self._push(t + self.cluster.autoscaler.scale_down_unneeded_seconds, SCALE_DOWN, n, self.idle_version[n])
 
     def _scale_down(self, n: int, version: int, t: float) -> None:
-        if self.state[n] != READY or self.npods[n] != 0 or self.idle_version[n] != version:
+        if self.state[n] != READY or self.sched.npods[n] != 0 or self.idle_version[n] != version:
             return
         ti = self.type_of[n]
         running = int(np.count_nonzero((self.type_of == ti) & (self.state != OFF)))
@@ -606,11 +535,7 @@ class Engine:
         self._pending_idx = np.zeros(0, dtype=np.int64)
         self.seq = 0
         self.decisions = self.finished = self.scale_ups = self.scale_downs = self.extender_rejected = 0
-        self.view_version = 0
-        self._view_cache: ClusterView | None = None
-        self._sites = list(self.cluster.sites.values())
-        self._carbon_key: tuple[int, ...] = ()
-        self._carbon_now: dict[str, float] = {}
+        self._reset_view()
         self.power_times: list[float] = [0.0]
         self.power_watts: list[float] = [self.total_power]
         self.util_log: list[tuple[float, int, float]] = []
@@ -649,7 +574,7 @@ class Engine:
         for n in range(self.n_nodes):
             self._advance(n, end)
             if self.opt.record_segments:  # close every track at the end
-                self.segments[n].append((end, self.power[n], self._busy(n), int(self.npods[n])))
+                self.segments[n].append((end, self.power[n], self._busy(n), int(self.sched.npods[n])))
         if self.opt.record_timeseries:
             self._log_power(end)
         return self._result(end, time.perf_counter() - started)
@@ -707,5 +632,5 @@ class Engine:
             result.power_watts.append(self.total_power)
         if self.opt.record_segments:
             for n in range(self.n_nodes):
-                result.segments[n].append((horizon, self.power[n], self._busy(n), int(self.npods[n])))
+                result.segments[n].append((horizon, self.power[n], self._busy(n), int(self.sched.npods[n])))
         result.end_time = horizon

@@ -18,7 +18,16 @@ from joulesched.sim.bound import bound_for_runs
 from joulesched.sim.cluster import ClusterSpec
 from joulesched.sim.model import Workload
 from joulesched.sim.progress import Progress
-from joulesched.sim.runner import PolicyRun, RunOptions, attribution_runs, comparison, run_policies, targets
+from joulesched.sim.runner import (
+    PolicyRun,
+    RunOptions,
+    attribution_runs,
+    comparison,
+    describe_extender,
+    policy_config_dict,
+    run_policies,
+    targets,
+)
 
 FORMAT = "joulesched-sim-results"
 VERSION = 1
@@ -48,7 +57,7 @@ def _cluster_summary(cluster: ClusterSpec) -> dict[str, Any]:
             name: {
                 "pue": s.pue,
                 "wue": s.wue,
-                "carbon": s.carbon.source,
+                "carbon": s.carbon.name,
                 "carbon_mean_g_per_kwh": s.carbon.mean(),
                 "carbon_filled_hours": s.carbon.filled_hours,
                 "zone": s.zone,
@@ -75,7 +84,7 @@ def target_notes(
     cluster: ClusterSpec,
 ) -> list[str]:
     """Why a target was missed, in numbers the report already has."""
-    notes = []
+    notes: list[str] = []
     base = runs.get("default")
     if base is None:
         return notes
@@ -119,8 +128,6 @@ def execute(
     inputs: Sequence[str] = (),
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from joulesched.sim.cli import describe_extender, policy_config_dict
-
     out.mkdir(parents=True, exist_ok=True)
     progress = Progress()
     started = time.perf_counter()

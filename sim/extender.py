@@ -21,7 +21,6 @@ from __future__ import annotations
 import http.client
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import numpy as np
 import orjson
 import yaml
 
+from joulesched.contracts.net import free_port
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import GPU_RESOURCE, PodDemand
 from joulesched.policy.profile import NodeArrays, parse_profiles
@@ -283,12 +283,6 @@ def extender_config(profile_path: str | Path, policy: PolicyConfig, listen: str)
         "predicted_load": {"ttl_seconds": 0},
         "server": {"workers": 1, "threads": 2},
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SpawnedExtender:

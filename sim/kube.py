@@ -86,16 +86,20 @@ def milli_cpu(cores: float) -> int:
 
 
 def least_requested(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """``leastRequestedScore``: ``(capacity − requested) × 100 / capacity``, 0 when over."""
-    free = capacity - requested
-    score = np.where(free >= 0, free * MAX_NODE_SCORE // np.maximum(capacity, 1), 0)
-    return np.where(capacity > 0, score, 0)
+    """``leastRequestedScore``: ``(capacity − requested) × 100 / capacity``, 0 when over.
+
+    ``capacity`` > 0 on every node (a cluster file's nodes have cores and memory; kube-scheduler
+    scores a resource of capacity 0 as 0 and :class:`sim.schedstate.SchedulingState` refuses such
+    a node).
+    """
+    score: np.ndarray = np.maximum(capacity - requested, 0) * MAX_NODE_SCORE // capacity
+    return score
 
 
 def most_requested(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """``mostRequestedScore``: ``min(requested, capacity) × 100 / capacity``."""
-    used = np.minimum(requested, capacity)
-    return np.where(capacity > 0, used * MAX_NODE_SCORE // np.maximum(capacity, 1), 0)
+    """``mostRequestedScore``: ``min(requested, capacity) × 100 / capacity`` (``capacity`` > 0)."""
+    score: np.ndarray = np.minimum(requested, capacity) * MAX_NODE_SCORE // capacity
+    return score
 
 
 def resource_fit_score(
@@ -105,15 +109,15 @@ def resource_fit_score(
     mem_requested: np.ndarray,
     mem_allocatable: np.ndarray,
 ) -> np.ndarray:
-    """NodeResourcesFit score with the default resources (cpu and memory, weight 1 each).
+    """NodeResourcesFit score with the default resources (cpu and memory, weight 1 each):
+    ``(score_cpu + score_mem) / 2`` in Go integer arithmetic.
 
-    ``*_requested`` are the node's NonZeroRequested plus the pod's non-zero request.
+    ``*_requested`` are the node's NonZeroRequested plus the pod's non-zero request;
+    ``*_allocatable`` > 0. ``strategy``: ``least`` (LeastAllocated) or ``most`` (MostAllocated).
     """
     scorer = least_requested if strategy == "least" else most_requested
-    cpu = scorer(cpu_requested, cpu_allocatable)
-    mem = scorer(mem_requested, mem_allocatable)
-    weights = (cpu_allocatable > 0).astype(np.int64) + (mem_allocatable > 0).astype(np.int64)
-    return np.where(weights > 0, (cpu + mem) // np.maximum(weights, 1), 0)
+    score: np.ndarray = (scorer(cpu_requested, cpu_allocatable) + scorer(mem_requested, mem_allocatable)) // 2
+    return score
 
 
 def _balance(
@@ -123,7 +127,8 @@ def _balance(
     fc = np.minimum(cpu_requested / cpu_allocatable, 1.0)
     fm = np.minimum(mem_requested / mem_allocatable, 1.0)
     std = np.abs((fc - fm) / 2.0)
-    return ((1.0 - std) * float(MAX_NODE_SCORE)).astype(np.int64)
+    score: np.ndarray = ((1.0 - std) * float(MAX_NODE_SCORE)).astype(np.int64)
+    return score
 
 
 def balanced_allocation_score(
@@ -149,7 +154,8 @@ def balanced_allocation_score(
     without = _balance(cpu_allocated, cpu_allocatable, mem_allocated, mem_allocatable)
     half = MAX_NODE_SCORE // 2
     # b() is in [50, 100], so the dividend is in [0, 100]: floor division is Go's truncation.
-    return half + (half + with_pod - without) // 2
+    improvement: np.ndarray = half + (half + with_pod - without) // 2
+    return improvement
 
 
 def topology_spread_scores(host_counts: np.ndarray, zone_counts: np.ndarray, zones_in_filtered: int) -> np.ndarray:

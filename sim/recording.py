@@ -32,7 +32,7 @@ from joulesched.sim.errors import TraceError
 def _lines(path: str) -> Iterable[tuple[int, Any]]:
     opener = gzip.open if path.endswith(".gz") else open
     try:
-        with opener(path, "rb") as fh:  # type: ignore[operator]
+        with opener(path, "rb") as fh:
             for lineno, raw in enumerate(fh, start=1):
                 if not raw.strip():
                     continue

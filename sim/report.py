@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim.attribution import METHODS
 from joulesched.sim.runner import PolicyRun
 
@@ -159,7 +160,7 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
                     site,
                     str(s["pods"]),
                     _fmt(s["node_hours"], 1),
-                    _fmt(s["energy_joules"] / 3.6e6, 3),
+                    _fmt(s["energy_joules"] / JOULES_PER_KWH, 3),
                     _fmt(s["carbon_grams"] / 1000, 3),
                     _fmt(s["water_litres"], 2),
                 ]

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from joulesched.policy.config import PolicyConfig
+from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim.attribution import Attribution, phases_for, scrape_example
 from joulesched.sim.cluster import ClusterSpec, profile_document
 from joulesched.sim.engine import Engine, EngineOptions, Profile, SimResult
@@ -32,7 +33,6 @@ from joulesched.sim.model import Workload
 POLICIES = ("default", "most-allocated", "energy", "carbon")
 # The joulesched extender in a profile that bin-packs (NodeResourcesFit MostAllocated).
 VARIANTS = ("energy+most-allocated", "carbon+most-allocated")
-JOULES_PER_KWH = 3.6e6
 # The extender weight of deploy/scheduler/scheduler-config.yaml.
 DEFAULT_EXTENDER_WEIGHT = 5
 TARGETS = {"energy_saving_percent": 15.0, "makespan_increase_percent": 5.0, "carbon_saving_percent": 25.0}
@@ -58,6 +58,25 @@ class PolicyRun:
     policy: str
     result: SimResult
     metrics: dict[str, Any]
+
+
+def describe_extender(opts: RunOptions) -> str:
+    """Where the energy and carbon policies are answered: in process, or the extenders' URLs."""
+    if not opts.extender_urls:
+        return "in-process policy"
+    return "HTTP extender: " + ", ".join(f"{k}={v}" for k, v in sorted(opts.extender_urls.items()))
+
+
+def policy_config_dict(cfg: PolicyConfig) -> dict[str, Any]:
+    """The policy settings a run records in its results."""
+    return {
+        "band": cfg.band,
+        "neutral_score": cfg.neutral_score,
+        "reference_runtime_seconds": cfg.reference_runtime_seconds,
+        "gpu_pod_utilisation": cfg.gpu_pod_utilisation,
+        "power_cap_enabled": cfg.power_cap_enabled,
+        "power_cap_headroom": cfg.power_cap_headroom,
+    }
 
 
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:

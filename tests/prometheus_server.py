@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -25,6 +24,8 @@ import orjson
 import pytest
 import yaml
 
+from joulesched.contracts.net import free_port
+
 
 def require(binary: str) -> str:
     path = shutil.which(binary)
@@ -33,12 +34,6 @@ def require(binary: str) -> str:
             pytest.fail(f"{binary} is not installed (CI installs Debian's prometheus package in .ci/run)")
         pytest.skip(f"{binary} is not installed (apt-get install prometheus)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ExpositionServer:

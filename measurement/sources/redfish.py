@@ -42,9 +42,9 @@ from typing import Any
 
 from joulesched.measurement.errors import MeasurementError, SourceAbsent, SourceFailed
 from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
+from joulesched.policy.units import JOULES_PER_KWH
 
 NAME = "redfish"
-JOULES_PER_KWH = 3.6e6
 
 Clock = Callable[[], float]
 

@@ -47,7 +47,9 @@ import yaml
 from kube_scheduler import SchedulerProcess, scheduler_config
 from objects import ApiObjects
 from pki import PKI, write_kubeconfig
-from processes import ClusterError, ManagedProcess, _http_ok, _wait_until, free_port
+from processes import ClusterError, ManagedProcess, _http_ok, _wait_until
+
+from joulesched.contracts.net import free_port
 
 # --------------------------------------------------------------------------
 # the control plane

@@ -29,7 +29,9 @@ from typing import Any
 
 import yaml
 from binaries import REPO_ROOT
-from processes import ClusterError, ManagedProcess, _wait_until, free_port
+from processes import ClusterError, ManagedProcess, _wait_until
+
+from joulesched.contracts.net import free_port
 
 DEPLOY = REPO_ROOT / "deploy"
 DEPLOY_SCHEDULER_CONFIG = DEPLOY / "scheduler" / "scheduler-config.yaml"

@@ -9,7 +9,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -136,13 +135,6 @@ class ManagedProcess:
 # --------------------------------------------------------------------------
 # small helpers
 # --------------------------------------------------------------------------
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _run(argv: Sequence[str], cwd: Path) -> None:
     proc = subprocess.run([str(a) for a in argv], cwd=str(cwd),

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import REPO_ROOT, ControlPlane
+from binaries import REPO_ROOT
+from cluster import ControlPlane
 
 DEPLOY = REPO_ROOT / "deploy"
 NAMESPACE = "joulesched"

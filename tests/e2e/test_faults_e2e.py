@@ -33,7 +33,8 @@ from e2e_extender import (
     node_profile,
     stays_pending,
 )
-from processes import free_port
+
+from joulesched.contracts.net import free_port
 
 SKIPPED = "Skipping extender as it returned error and has ignorable flag set"
 

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from joulesched.extender.app import create_app
 from joulesched.extender.config import ExtenderConfig, parse_config
 from joulesched.extender.metrics import ExtenderMetrics
+from tests.support import Clock
 
 CURVE = [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
 XEON = [127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619]
@@ -50,14 +51,6 @@ def make_node(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
         "status": {"allocatable": {"cpu": "64", "memory": "128Gi", "pods": "110"}},
     }
-
-
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -73,6 +73,22 @@ def test_outside_the_series_error_hold_and_wrap() -> None:
     assert wrap.integral(0, 30 * H) == pytest.approx(10 * 750 * H)
 
 
+@pytest.mark.parametrize("outside", ["error", "hold", "wrap"])
+def test_one_interval_integrates_to_the_same_bits_as_many(outside: str) -> None:
+    """integral() (scalar, per simulator event) and integrals() (vectorised) are one formula."""
+    rng = np.random.default_rng(5)
+    origin = 1.6540416e9  # a unix time, as the simulator's series use
+    series = IntensitySeries(origin + np.cumsum(rng.uniform(600, 7200, 50)), rng.uniform(0, 900, 50), origin + 4e5, outside)
+    lo, hi = (series.starts[0], series.end) if outside == "error" else (origin - 3e5, origin + 2e6)
+    a = rng.uniform(lo, hi, 2000)
+    b = np.minimum(a + rng.exponential(5000.0, 2000), hi)
+    one_by_one = np.array([series.integral(float(x), float(y)) for x, y in zip(a, b, strict=True)])
+    assert (one_by_one == series.integrals(a, b)).all()
+    if outside == "error":
+        with pytest.raises(IntensityUnavailable, match="no value at"):
+            series.integral(float(series.end), float(series.end) + 1.0)
+
+
 def test_an_irregular_series_is_a_step_function_too() -> None:
     s = IntensitySeries(np.array([0.0, 600.0, 3600.0]), np.array([100.0, 300.0, 50.0]), end=7200.0)
     assert s.integral(0, 7200) == pytest.approx(100 * 600 + 300 * 3000 + 50 * 3600)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from joulesched.measurement.errors import SourceFailed
 from joulesched.measurement.sources.base import Reading, ReadingKind
+from tests.support import Clock
 
 
 @dataclass
@@ -62,18 +63,11 @@ def gpus(clock: Callable[[], float], count: int = 2) -> FakeGpus:
 
 
 
-class FakeClock:
-    """A clock that moves only when the test says so."""
+class FakeClock(Clock):
+    """:class:`tests.support.Clock` starting in late 2025, as the agent's tests read it."""
 
     def __init__(self, start: float = 1_764_400_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def tick(self, seconds: float = 1.0) -> float:
-        self.now += seconds
-        return self.now
+        super().__init__(start)
 
 
 __all__ = ["FakeClock", "FakeGpus", "FakeSource", "FakeZone", "gpus", "ipmi"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from joulesched.cli import main as joulesched_main
+from joulesched.contracts.net import free_port
 from joulesched.measurement.cli import measure_main
 from tests.measurement.replica import PowercapTree, ProcTree
 
@@ -123,13 +123,6 @@ def test_agent_refuses_a_bad_config_with_every_problem(tmp_path: Path, capfd: py
     assert agent_main(["--config", str(config)]) == 2
     err = capfd.readouterr().err
     assert "attribution.idle_policy" in err and "server.listen" in err
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_agent_process_serves_and_stops_on_sigterm(tree: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from joulesched.policy import attribution as policy_attribution
+from joulesched.sim import attribution as sim_attribution
 from joulesched.sim.attribution import Attribution, NodeTrack, phases_for, prometheus_increase
 from joulesched.sim.engine import Engine, EngineOptions, Profile
 from joulesched.sim.runner import attribution_runs
@@ -35,6 +37,27 @@ def test_attributed_energy_sums_to_the_node_energy_while_pods_run() -> None:
 def test_counter_differences_at_task_edges_equal_the_truth() -> None:
     att = attribution()
     assert att.counter_edges == pytest.approx(att.truth)
+
+
+def test_counter_edges_is_the_agents_attribution_at_every_edge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read interval goes through policy.attribution.attribute: 3 intervals for TWO_PODS."""
+    calls: list[tuple[float, dict[str, float]]] = []
+
+    def recording(split, dt, busy, pods, **kw):  # type: ignore[no-untyped-def]
+        calls.append((split.node_joules, {uid: u.cpu_seconds for uid, u in pods.items()}))
+        return policy_attribution.attribute(split, dt, busy, pods, **kw)
+
+    monkeypatch.setattr(sim_attribution, "attribute", recording)
+    att = attribution()
+    assert calls == [(120.0 * 50, {"0": 100.0}), (150.0 * 50, {"0": 100.0, "1": 150.0}), (130.0 * 50, {"1": 150.0})]
+    assert att.counter_edges == pytest.approx([9000.0, 11000.0])
+
+
+def test_counter_edges_shares_an_idle_interval_equally_among_the_pods_present() -> None:
+    # two pods that keep no core busy: the node draws its idle 100 W, half to each
+    att = attribution(workload(pod("a", 100.0, cpu=2, usage=0.0), pod("b", 100.0, cpu=1, usage=0.0, arrival=50.0)))
+    assert att.counter_edges == pytest.approx(att.truth)
+    assert att.counter_edges == pytest.approx([100.0 * 50 + 100.0 * 50 / 2, 100.0 * 50 / 2 + 100.0 * 50])
 
 
 def test_cpu_time_share_over_a_tasks_life() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from joulesched.policy.profile import parse_profiles
-from joulesched.sim.carbon import read_hourly_csv
+from joulesched.sim.carbon import read_hourly_series
 from joulesched.sim.cluster import load_cluster, parse_cluster, profile_document
 from joulesched.sim.errors import ClusterError
 
@@ -107,8 +107,8 @@ def write_series(tmp_path: Path, values: list[str], start: str = "2022-01-01 00:
 
 def test_hourly_integral_is_exact_across_hour_boundaries(tmp_path: Path) -> None:
     path = write_series(tmp_path, ["100", "300", "200"])
-    origin = read_hourly_csv(path).origin  # simulated t = 0 at the first hour
-    series = read_hourly_csv(path, offset=origin)
+    origin = float(read_hourly_series(path).source.starts[0])  # simulated t = 0 at the first hour
+    series = read_hourly_series(path, offset=origin)
     # from 00:30 to 01:30: half an hour at 100 and half an hour at 300
     assert series.integral(1800.0, 5400.0) == pytest.approx(100 * 1800 + 300 * 1800)
     assert series.at(3600.0) == 300.0
@@ -124,21 +124,21 @@ def test_hourly_integral_is_exact_across_hour_boundaries(tmp_path: Path) -> None
 )
 def test_empty_hours_are_handled_as_configured(tmp_path: Path, missing: str, filled: float) -> None:
     path = write_series(tmp_path, ["100", "", "300"])
-    series = read_hourly_csv(path, missing=missing)
-    assert series.values[1] == filled and series.filled_hours == 1
+    series = read_hourly_series(path, missing=missing)
+    assert series.source.values[1] == filled and series.filled_hours == 1
 
 
 def test_empty_hours_can_be_an_error_naming_the_line(tmp_path: Path) -> None:
     path = write_series(tmp_path, ["100", "", "300"])
     with pytest.raises(ClusterError, match=r"line 3: field 'avg_CI': empty"):
-        read_hourly_csv(path, missing="error")
+        read_hourly_series(path, missing="error")
 
 
 def test_a_gap_in_the_hours_is_named(tmp_path: Path) -> None:
     path = tmp_path / "s.csv"
     path.write_text("timestamp,avg_CI\n2022-01-01 00:00:00+00:00,1\n2022-01-01 02:00:00+00:00,2\n", encoding="utf-8")
     with pytest.raises(ClusterError, match="line 3: field 'timestamp'"):
-        read_hourly_csv(path)
+        read_hourly_series(path)
 
 
 def test_a_site_series_file_problem_names_the_site(tmp_path: Path) -> None:
@@ -155,4 +155,4 @@ def test_the_shipped_series_start_at_the_cluster_start() -> None:
     rows = (DATA / "carbon" / "eia_2022_BPAT_hourly.csv").read_text(encoding="utf-8").splitlines()
     june_first = next(r for r in rows if r.startswith("2022-06-01 00:00"))
     assert bpat.at(0.0) == pytest.approx(float(june_first.split(",")[1]))
-    assert np.isfinite(bpat.values).all()
+    assert np.isfinite(bpat.source.values).all()

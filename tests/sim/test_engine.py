@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 
 from joulesched.policy.config import PolicyConfig
+from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim.engine import Engine, EngineOptions, Profile
 from joulesched.sim.extender import InProcessExtender
 from joulesched.sim.model import PodSpec
 from tests.sim.support import cluster, node_type, pod, workload
-
-JOULES_PER_KWH = 3.6e6
 
 
 def run(cl, wl, profile=None, **opts):  # type: ignore[no-untyped-def]

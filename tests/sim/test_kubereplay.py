@@ -14,18 +14,16 @@ from joulesched.sim.cluster import load_cluster
 from joulesched.sim.engine import Engine, EngineOptions, Profile
 from joulesched.sim.kubereplay import (
     SIM_LABEL,
-    ClusterState,
     KubeOptions,
     KubeReplay,
-    PodNeeds,
     Verdict,
     judge,
-    needs_of,
     node_status,
     pod_body,
     quantity_cpu,
     summarise,
 )
+from joulesched.sim.schedstate import PodNeeds, SchedulingState, needs_of
 from tests.sim.support import pod, workload
 
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -92,44 +90,58 @@ def test_summary_counts_agreement_among_the_non_tied_only() -> None:
 
 @pytest.mark.parametrize("strategy", ["least", "most"])
 def test_the_replays_scores_are_the_engines(strategy: str) -> None:
-    """The replay judges with the same arithmetic the simulator schedules with."""
+    """The replay judges with the state and arithmetic the simulator schedules with."""
     cluster = load_cluster(CLUSTER)
     rng = np.random.default_rng(7)
     pods = [
         pod(f"p{i}", 60, cpu=float(rng.choice([0.0, 0.5, 1.0, 2.0, 3.5])), memory_request=float(rng.integers(0, 8)) * 2**29)
         for i in range(40)
     ]
-    engine = Engine(cluster, workload(*pods), Profile("x", strategy), EngineOptions(record_timeseries=False))
-    state = ClusterState(cluster, strategy)
+    wl = workload(*pods)
+    engine = Engine(cluster, wl, Profile("x", strategy), EngineOptions(record_timeseries=False))
+    profile = "most-allocated" if strategy == "most" else "default"
+    state = KubeReplay(cluster, wl, KubeOptions(profile=profile)).state
+    assert type(state) is type(engine.sched) is SchedulingState
+    assert state.fit_strategy == engine.sched.fit_strategy == strategy
     for p in pods[:30]:  # load the nodes the same way in both
         node = int(rng.integers(state.n))
         needs = needs_of(p)
-        if not state.feasible(needs)[node]:
+        if not state.fits(needs)[node]:
             continue
-        state.add(needs, node)
-    for name in ("req_cpu", "req_mem", "req_gpu", "nz_cpu", "nz_mem", "npods"):
-        setattr(engine, name, getattr(state, name).copy())
-    engine.free_cpu, engine.free_mem = state.alloc_cpu - state.req_cpu, state.alloc_mem - state.req_mem
-    engine.free_gpu, engine.free_pods = state.alloc_gpu - state.req_gpu, state.max_pods - state.npods
+        state.bind(needs, node)
+        engine.sched.bind(needs, node)
     assert state.npods.sum() > 10
     for i in range(30, 40):
         needs = needs_of(pods[i])
-        feasible = state.feasible(needs)
+        feasible = state.fits(needs)
         assert (feasible == engine._feasible(i)).all()
         cand = np.flatnonzero(feasible)
-        assert (state.totals(needs, feasible)[cand] == engine._total_scores(i, cand, None)).all()
+        assert (state.scores(needs, cand) == engine._total_scores(i, cand, None)).all()
 
 
-def test_state_add_and_remove_are_inverse() -> None:
-    state = ClusterState(load_cluster(CLUSTER), "least", groups=1)
+def test_state_bind_and_unbind_are_inverse() -> None:
+    state = SchedulingState(load_cluster(CLUSTER), "least", groups=1)
     needs = PodNeeds(1500, 2**30, 1, 0)
-    before = state.feasible(needs).copy()
-    state.add(needs, 8)
+    before = state.fits(needs).copy()
+    state.bind(needs, 8)
     assert state.req_cpu[8] == 1500 and state.group_host[0, 8] == 1 and state.npods[8] == 1
-    state.remove(needs, 8)
-    assert not state.req_cpu.any() and not state.group_host.any() and (state.feasible(needs) == before).all()
+    assert state.free_cpu[8] == state.alloc_cpu[8] - 1500 and state.free_pods[8] == state.max_pods[8] - 1
+    state.unbind(needs, 8)
+    assert not state.req_cpu.any() and not state.group_host.any() and (state.fits(needs) == before).all()
+    assert (state.free_cpu == state.alloc_cpu).all() and (state.free_pods == state.max_pods).all()
     # only the GPU node fits a GPU pod
-    assert list(np.flatnonzero(state.feasible(needs))) == [8]
+    assert list(np.flatnonzero(state.fits(needs))) == [8]
+
+
+def test_a_full_node_fails_the_filter_and_an_unknown_strategy_is_refused() -> None:
+    state = SchedulingState(load_cluster(CLUSTER), "least")
+    small = PodNeeds(100, 0, 0)
+    state.bind(small, 0)
+    for _ in range(int(state.max_pods[0]) - 1):
+        state.bind(small, 0)
+    assert not state.fits(small)[0] and state.fits(small)[1]
+    with pytest.raises(ValueError, match="fit strategy"):
+        SchedulingState(load_cluster(CLUSTER), "balanced")
 
 
 # -- the objects ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from joulesched.measurement.nadiki.model import DataPoint, TimeSeriesConfig
 from joulesched.measurement.nadiki.pusher import CounterSample, Pusher, WindowAccumulator
 from tests.measurement.nadiki.nadiki_support import RegistrarServer
+from tests.support import Clock
 
 T0 = 1_767_268_805.0  # 2026-01-01 12:00:05 UTC: 5 s into a 30 s window
 TAGS = {"facility_id": "FACILITY-NLD-001", "rack_id": "RACK-001", "server_id": "SERVER-1", "country_code": "NLD"}
@@ -112,14 +113,6 @@ def test_complete_windows_add_up_to_the_counter_between_their_edges(
 # --- pushing ---------------------------------------------------------------------------------------
 
 
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def time_series(
     server: RegistrarServer, fields: tuple[str, ...] = (SERVER, CPU), granularity: int = 30, token: str = "token-1"
 ) -> TimeSeriesConfig:
@@ -145,7 +138,7 @@ def feed(pusher: Pusher, clock: Clock, seconds: range | int, sources: dict[str, 
 
 def test_windows_reach_the_endpoint_as_line_protocol_with_the_registrars_tags() -> None:
     with RegistrarServer() as server:
-        clock = Clock()
+        clock = Clock(T0)
         pusher = Pusher(time_series(server), FIELDS, clock=clock)
         feed(pusher, clock, 100, {"ipmi_dcmi": 250.0, "rapl_sysfs": 120.0})
         state = server.state
@@ -164,7 +157,7 @@ def test_windows_reach_the_endpoint_as_line_protocol_with_the_registrars_tags() 
 @pytest.mark.parametrize("precision", ["ms", "ns"])
 def test_other_precisions_scale_the_timestamps(precision: str) -> None:
     with RegistrarServer() as server:
-        clock = Clock()
+        clock = Clock(T0)
         pusher = Pusher(time_series(server, (SERVER,)), FIELDS, precision=precision, clock=clock)
         feed(pusher, clock, 60, {"ipmi_dcmi": 100.0})
         assert server.state.line_errors == []
@@ -174,7 +167,7 @@ def test_other_precisions_scale_the_timestamps(precision: str) -> None:
 
 def test_a_window_the_preferred_source_missed_comes_from_the_next_one() -> None:
     with RegistrarServer() as server:
-        clock = Clock()
+        clock = Clock(T0)
         pusher = Pusher(time_series(server, (SERVER,)), FIELDS, clock=clock)
         for i in range(131):
             clock.now = T0 + i
@@ -193,7 +186,7 @@ def test_a_window_the_preferred_source_missed_comes_from_the_next_one() -> None:
 def test_an_unreachable_endpoint_keeps_the_lines_and_retries_in_order() -> None:
     with RegistrarServer() as server:
         server.state.write_failures = [(503, {"Retry-After": "10"})]
-        clock = Clock()
+        clock = Clock(T0)
         pusher = Pusher(time_series(server, (SERVER,)), FIELDS, clock=clock)
         feed(pusher, clock, range(0, 63), {"ipmi_dcmi": 250.0})
         assert pusher.stats.writes_failed == 1
@@ -206,7 +199,7 @@ def test_an_unreachable_endpoint_keeps_the_lines_and_retries_in_order() -> None:
 def test_lines_the_endpoint_rejects_as_malformed_are_dropped_and_counted() -> None:
     with RegistrarServer() as server:
         server.state.write_failures = [(400, {})]
-        clock = Clock()
+        clock = Clock(T0)
         pusher = Pusher(time_series(server, (SERVER,)), FIELDS, clock=clock)
         feed(pusher, clock, 100, {"ipmi_dcmi": 250.0})
         assert pusher.stats.lines_dropped_rejected == 1
@@ -216,7 +209,7 @@ def test_lines_the_endpoint_rejects_as_malformed_are_dropped_and_counted() -> No
 def test_a_refused_token_is_refreshed_once_and_the_lines_sent_with_the_new_one() -> None:
     with RegistrarServer() as server:
         server.state.token = "token-2"  # rotated by the registrar
-        clock = Clock()
+        clock = Clock(T0)
         refreshed = []
 
         def refresh() -> TimeSeriesConfig:
