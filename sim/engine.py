@@ -445,7 +445,9 @@ class Engine:
             return
         needs = self.p_needs[i]
         need = (needs.cpu, needs.mem, needs.gpu)
-        for room in self.reserved.values():  # a node already booting may take it
+        for booting, room in self.reserved.items():  # a node already booting may take it
+            if needs.gpu_models and self.sched.gpu_model[booting] not in needs.gpu_models:
+                continue
             if need[0] <= room[0] and need[1] <= room[1] and need[2] <= room[2] and room[3] >= 1:
                 room[0] -= need[0]
                 room[1] -= need[1]
@@ -454,6 +456,8 @@ class Engine:
                 return
         fitting = []
         for ti, nt in enumerate(self.cluster.node_types):
+            if needs.gpu_models and nt.gpus.model not in needs.gpu_models:
+                continue
             if kube.milli_cpu(nt.cores) >= need[0] and nt.memory_bytes >= need[1] and nt.gpus.count >= need[2]:
                 off = np.flatnonzero((self.type_of == ti) & (self.state == OFF))
                 if len(off):

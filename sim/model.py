@@ -21,6 +21,7 @@ class PodSpec:
     cpu_request: float = 0.0  # cores; 0: no request (kube-scheduler scores it as 100m)
     memory_request: float = 0.0  # bytes; 0: no request (scored as 200 MiB)
     gpu_request: int = 0
+    gpu_models: tuple[str, ...] = ()  # GPU models the pod accepts (a node affinity on the GPU product label); (): any
     cpu_usage: float = 0.0  # cores busy while running
     gpu_usage: float = 0.0  # 0..1, how busy each requested GPU is
     arrival: float = 0.0  # seconds after the trace starts (independent pods and workflow roots)

@@ -39,13 +39,14 @@ class PodNeeds:
     ``nz_cpu`` is the CPU request or, without one, kube-scheduler's default (100 m); ``nz_mem``
     likewise (200 MiB)."""
 
-    __slots__ = ("cpu", "gpu", "group", "mem", "nz_cpu", "nz_mem")
+    __slots__ = ("cpu", "gpu", "gpu_models", "group", "mem", "nz_cpu", "nz_mem")
 
-    def __init__(self, cpu: int, mem: int, gpu: int, group: int = -1) -> None:
+    def __init__(self, cpu: int, mem: int, gpu: int, group: int = -1, gpu_models: tuple[str, ...] = ()) -> None:
         self.cpu = cpu  # millicores
         self.mem = mem  # bytes
         self.gpu = gpu
         self.group = group  # index of the pod's group, -1: none
+        self.gpu_models = gpu_models  # NodeAffinity on the GPU product label; (): any node
         self.nz_cpu = cpu if cpu > 0 else kube.DEFAULT_MILLI_CPU_REQUEST
         self.nz_mem = mem if mem > 0 else kube.DEFAULT_MEMORY_REQUEST
 
@@ -55,7 +56,9 @@ class PodNeeds:
 
 def needs_of(pod: PodSpec, group: int = -1) -> PodNeeds:
     """A trace pod's requests in kube-scheduler's units (``Quantity`` rounding up)."""
-    return PodNeeds(kube.milli_cpu(pod.cpu_request), math.ceil(pod.memory_request), int(pod.gpu_request), group)
+    return PodNeeds(
+        kube.milli_cpu(pod.cpu_request), math.ceil(pod.memory_request), int(pod.gpu_request), group, pod.gpu_models
+    )
 
 
 class SchedulingState:
@@ -74,6 +77,7 @@ class SchedulingState:
         self.alloc_cpu = np.array([kube.milli_cpu(t.cores) for t in types], dtype=np.int64)
         self.alloc_mem = np.array([math.ceil(t.memory_bytes) for t in types], dtype=np.int64)
         self.alloc_gpu = np.array([t.gpus.count for t in types], dtype=np.int64)
+        self.gpu_model = np.array([t.gpus.model for t in types], dtype=object)
         self.max_pods = np.array([t.max_pods for t in types], dtype=np.int64)
         if not (self.alloc_cpu > 0).all() or not (self.alloc_mem > 0).all():
             raise ValueError("every node needs allocatable CPU and memory > 0 (kube.least_requested divides by them)")
@@ -93,8 +97,11 @@ class SchedulingState:
         self.group_host = np.zeros((groups, n), dtype=np.int64)
 
     def fits(self, p: PodNeeds) -> np.ndarray:
-        """NodeResourcesFit's filter over every node: room for each resource requested and one more pod."""
+        """NodeResourcesFit's filter over every node: room for each resource requested and one more
+        pod; and NodeAffinity's, for a pod that accepts only some GPU models."""
         fit = self.free_pods > 0
+        if p.gpu_models:
+            fit &= np.isin(self.gpu_model, p.gpu_models)
         if p.cpu:
             fit &= self.free_cpu >= p.cpu
         if p.mem:

@@ -19,6 +19,7 @@ TYPE_LABEL = "joulesched.io/sim-node-type"
 POD_ANNOTATION = "joulesched.io/sim-pod"
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by NVIDIA GPU feature discovery
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 # -- names and objects -------------------------------------------------------------------------
@@ -34,18 +35,21 @@ def quantity_cpu(milli: int) -> str:
     return f"{milli // 1000}" if milli % 1000 == 0 else f"{milli}m"
 
 
-def node_body(name: str, run: str, node_type: str, zone: str) -> dict[str, Any]:
+def node_body(name: str, run: str, node_type: str, zone: str, gpu_model: str = "") -> dict[str, Any]:
+    labels = {
+        SIM_LABEL: run,
+        TYPE_LABEL: dns_label(node_type),
+        HOSTNAME_LABEL: name,
+        ZONE_LABEL: dns_label(zone),
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    }
+    if gpu_model:
+        labels[GPU_PRODUCT_LABEL] = gpu_model
     return {
         "metadata": {
             "name": name,
-            "labels": {
-                SIM_LABEL: run,
-                TYPE_LABEL: dns_label(node_type),
-                HOSTNAME_LABEL: name,
-                ZONE_LABEL: dns_label(zone),
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-            },
+            "labels": labels,
         },
         "spec": {"taints": [{"key": SIM_LABEL, "value": run, "effect": "NoSchedule"}]},
     }
@@ -111,9 +115,14 @@ def pod_body(
     labels = {SIM_LABEL: run}
     if group:
         labels[GROUP_LABEL] = dns_label(group)
+    spec: dict[str, Any] = {}
+    if needs.gpu_models:  # as a user asks for a GPU model: the label NVIDIA's GPU feature discovery sets
+        term = {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(needs.gpu_models)}]}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
     return {
         "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": {POD_ANNOTATION: original}},
         "spec": {
+            **spec,
             "schedulerName": scheduler,
             "containers": [container],
             "nodeSelector": dict(node_selector or {SIM_LABEL: run}),

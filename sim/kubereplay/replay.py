@@ -108,7 +108,8 @@ class KubeReplay:
             )
         for node, name in zip(self.nodes, self.k8s_nodes, strict=True):
             nt = self.cluster.node_types[node.type_index]
-            api.call(f"creating node {name}", core.create_node, node_body(name, self.run, nt.name, node.zone))
+            body = node_body(name, self.run, nt.name, node.zone, nt.gpus.model)
+            api.call(f"creating node {name}", core.create_node, body)
             # TaintNodesByCondition admission adds node.kubernetes.io/not-ready on create; a kubelet
             # and the node lifecycle controller would clear it. Keep only the run's own taint.
             api.call(

@@ -10,7 +10,8 @@ Generic pod CSV (one pod per line; only ``arrival`` and ``duration`` are require
 (cores, bytes); ``cpu_usage`` in cores (default: the request, or 0.1 without one);
 ``gpu_usage`` 0..1 per GPU (default 1 when GPUs are requested); ``group`` names the
 ReplicaSet/Service the pod belongs to (default spreading applies); ``parents`` lists pod
-names, separated by ``;``, that must finish first.
+names, separated by ``;``, that must finish first; ``gpu_model`` the GPU models a GPU pod
+accepts, separated by ``|`` (a node affinity on ``nvidia.com/gpu.product``; default: any).
 
 Alibaba openb (``openb_pod_list_*.csv``): ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,
 gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`` in seconds. A pod arrives
@@ -18,7 +19,9 @@ at ``creation_time`` and runs ``deletion_time − scheduled_time``; pods that we
 scheduled (``Pending``) are skipped. The trace has requests only: a pod is assumed to keep
 ``cpu_usage_fraction`` of its CPU request busy (default 1.0) and each GPU busy at
 ``gpu_milli/1000`` (its share of a GPU). A fractional GPU request asks for a whole GPU, as
-Kubernetes has no GPU sharing without a device plugin that provides it.
+Kubernetes has no GPU sharing without a device plugin that provides it. ``gpu_spec`` names the
+GPU models a pod accepts (``V100M16|V100M32``; empty: any), kept as a node affinity on the GPU
+model (``openb_pod_list_default.csv`` names none: all of its 8,152 pods leave it empty).
 Nodes (``openb_node_list_*.csv``): ``sn,cpu_milli,memory_mib,gpu,model``.
 """
 
@@ -39,6 +42,7 @@ POD_CSV_COLUMNS = (
     "cpu_request",
     "memory_request",
     "gpu_request",
+    "gpu_model",
     "cpu_usage",
     "gpu_usage",
     "priority",
@@ -116,6 +120,9 @@ def read_pod_csv(path: str | Path, *, name: str | None = None) -> Trace:
         gpu_usage = f.number("gpu_usage", default=1.0 if gpus else 0.0)
         if gpu_usage > 1:
             raise f.fail("gpu_usage", f"must be <= 1 (a fraction of each GPU), got {row['gpu_usage']!r}")
+        models = gpu_models(f.text("gpu_model"))
+        if models and not gpus:
+            raise f.fail("gpu_model", f"names GPU models for a pod that requests no GPU, got {row['gpu_model']!r}")
         priority = f.number("priority", default=0.0, minimum=None)
         if priority != int(priority):
             raise f.fail("priority", f"must be a whole number, got {row['priority']!r}")
@@ -130,6 +137,7 @@ def read_pod_csv(path: str | Path, *, name: str | None = None) -> Trace:
                 cpu_request=cpu,
                 memory_request=f.quantity("memory_request"),
                 gpu_request=int(gpus),
+                gpu_models=models,
                 cpu_usage=usage,
                 gpu_usage=gpu_usage,
                 arrival=f.number("arrival", required=True),
@@ -193,6 +201,7 @@ def read_openb_pods(path: str | Path, *, name: str | None = None, cpu_usage_frac
                 cpu_request=cpu,
                 memory_request=f.number("memory_mib", required=True) * MIB,
                 gpu_request=gpus,
+                gpu_models=gpu_models(f.text("gpu_spec")) if gpus else (),
                 cpu_usage=cpu * cpu_usage_fraction,
                 gpu_usage=gpu_milli / 1000.0 if gpus else 0.0,
                 arrival=created,
@@ -207,6 +216,11 @@ def read_openb_pods(path: str | Path, *, name: str | None = None, cpu_usage_frac
     if skipped:
         notes.append(f"{skipped} never-scheduled (Pending) pods skipped")
     return Trace(run, path, "openb", tuple(pods), tuple(notes))
+
+
+def gpu_models(spec: str) -> tuple[str, ...]:
+    """The GPU models a pod accepts: openb's ``gpu_spec`` (``V100M16|V100M32``; empty: any)."""
+    return tuple(dict.fromkeys(m.strip() for m in spec.split("|") if m.strip()))
 
 
 @dataclass(frozen=True)

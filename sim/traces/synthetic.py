@@ -190,6 +190,7 @@ def write_pod_csv(trace: Trace, path: str | Path) -> None:
                 repr(p.cpu_request),
                 int(p.memory_request),
                 p.gpu_request,
+                "|".join(p.gpu_models),
                 repr(p.cpu_usage),
                 repr(p.gpu_usage),
                 p.priority,

@@ -211,3 +211,41 @@ def test_the_priority_expander_breaks_ties_at_random_like_cluster_autoscaler() -
                  node_type("wasteful", curve=WASTEFUL), autoscaler=auto)
     chosen = {_scaled_up_type(cl, workload(pod("late", 10.0, arrival=100.0)), seed) for seed in range(12)}
     assert chosen == {"twin-a", "twin-b"}
+
+
+def test_a_gpu_pod_lands_only_on_the_gpu_models_it_accepts() -> None:
+    import dataclasses
+
+    from joulesched.sim.cluster import parse_cluster
+    from joulesched.sim.engine import Engine, EngineOptions, Profile
+    from joulesched.sim.model import PodSpec, Trace, Workload
+
+    doc = {
+        "name": "gpus",
+        "sites": {"lab": {"carbon_intensity": 100}},
+        "node_types": [
+            {"name": "t4", "count": 2, "site": "lab", "cores": 32, "memory": "128Gi", "idle_watts": 60, "watts_per_core": 3,
+             "gpus": {"count": 4, "idle_watts": 10, "max_watts": 70, "model": "T4"}},
+            {"name": "v100", "count": 1, "site": "lab", "cores": 32, "memory": "128Gi", "idle_watts": 60, "watts_per_core": 3,
+             "gpus": {"count": 4, "idle_watts": 35, "max_watts": 300, "model": "V100M32"}},
+        ],
+        "autoscaler": {"enabled": False},
+    }
+    cluster = parse_cluster(doc, "gpus")
+    pods = tuple(
+        PodSpec(name=f"p{i}", duration=100.0, cpu_request=1.0, gpu_request=1, gpu_usage=1.0, arrival=float(i),
+                gpu_models=("V100M32",) if i % 2 else ())
+        for i in range(6)
+    )
+    engine = Engine(cluster, Workload.of([Trace("t", "t", "pod-csv", pods)]), Profile("default", "least"), EngineOptions())
+    result = engine.run()
+    names = [n.name for n in cluster.nodes()]
+    placed = [names[int(n)] for n in result.pods.node]
+    for i, node in enumerate(placed):
+        if i % 2:
+            assert node.startswith("v100"), (i, node)
+    assert any(n.startswith("t4") for n in placed[::2])  # the others may use any model
+    # a pod that accepts only a model the cluster lacks is never placed
+    lonely = dataclasses.replace(pods[1], name="a100-only", gpu_models=("A100",))
+    engine = Engine(cluster, Workload.of([Trace("t", "t", "pod-csv", (lonely,))]), Profile("default", "least"), EngineOptions())
+    assert engine.run().pods.node[0] < 0

@@ -314,3 +314,23 @@ def test_workload_resolves_parents_across_traces() -> None:
     n = len(a.pods)
     assert wl.pods[n + 1].parents == tuple(n + p for p in b.pods[1].parents)
     assert wl.workflows == ("a", "b")
+
+
+def test_openb_gpu_spec_is_the_gpu_models_a_pod_accepts(tmp_path: Path) -> None:
+    lines = (FIXTURES / "openb_pod_list_sample.csv").read_text(encoding="utf-8").splitlines()
+    lines[1] = "openb-pod-0000,12000,16384,1,1000,V100M16|V100M32,LS,Running,0,500,100"
+    path = tmp_path / "openb_pod_list_spec.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pods = read_openb_pods(path).pods
+    assert pods[0].gpu_models == ("V100M16", "V100M32")
+    assert all(p.gpu_models == () for p in pods[1:])
+
+
+def test_pod_csv_gpu_model_column(tmp_path: Path) -> None:
+    path = tmp_path / "pods.csv"
+    path.write_text("name,arrival,duration,gpu_request,gpu_model\ntrain,0,60,1,A100|H100\n", encoding="utf-8")
+    assert read_pod_csv(path).pods[0].gpu_models == ("A100", "H100")
+    path.write_text("name,arrival,duration,gpu_request,gpu_model\ncpu-only,0,60,0,A100\n", encoding="utf-8")
+    with pytest.raises(TraceError) as info:
+        read_pod_csv(path)
+    assert info.value.field == "gpu_model"
