@@ -128,24 +128,27 @@ def evaluate(
     cluster_scale = cfg.score_scale == "cluster"
     # Cost the pod on every profiled node for a cluster-wide best, else on the request's alone.
     whole = _costs(nodes, None if cluster_scale else r, pod, cfg, now, predicted_cores, predicted_gpus, held_until)
-    at = r if cluster_scale else np.arange(m)
+
+    def align(values: np.ndarray) -> np.ndarray:
+        """``values`` (aligned with the costed rows) aligned with the request's rows."""
+        return values[r] if cluster_scale else values
 
     def take(values: np.ndarray) -> np.ndarray:
-        return values[at] if all_known else np.where(known, values[at], np.nan)
+        return align(values) if all_known else np.where(known, align(values), np.nan)
 
-    fresh = known & whole.fresh[at]
-    failed = known & whole.failed[at]
-    cost = whole.cost[at]
+    fresh = known & align(whole.fresh)
+    failed = known & align(whole.failed)
+    cost = align(whole.cost)
     eligible = fresh & ~failed & np.isfinite(cost)
     # Energy alone would fill a node past its cores: on a saturated node the work time-shares
     # at P(1)/c per core, which is cheaper than the steep middle of many real (non-convex)
     # curves. The pods there would run slower, so while another candidate has room a node the
     # pod would saturate scores 0 (it is not filtered: kube-scheduler may still need it).
-    saturated = _demote(eligible, whole.saturating[at]) if cfg.avoid_saturation else np.zeros(m, dtype=bool)
+    saturated = _demote(eligible, align(whole.saturating)) if cfg.avoid_saturation else np.zeros(m, dtype=bool)
     eligible &= ~saturated
     # A CPU-only pod on a GPU server keeps the most power-hungry servers on and takes room
     # that GPU work needs: while a CPU node in the request has room, GPU nodes score 0.
-    reserved = _demote(eligible, whole.gpu_node[at]) if whole.reserve else np.zeros(m, dtype=bool)
+    reserved = _demote(eligible, align(whole.gpu_node)) if whole.reserve else np.zeros(m, dtype=bool)
     eligible &= ~reserved
     best = whole.best if cluster_scale else None
     scores = normalise(cost, eligible, cfg.band, best=best)
@@ -251,15 +254,16 @@ def _costs(
 
     base_runtime = pod.runtime_seconds if pod.runtime_seconds is not None else cfg.reference_runtime_seconds
     runtime = base_runtime / speed
-    idle_energy = _unavoidable_idle_joules(
-        curve[:, 0] + gpu_count * gpu_idle,
-        runtime,
-        np.where(np.isnan(idle_avoidable), float(cfg.idle_power in AVOIDABLE_IDLE), idle_avoidable),
-        held_profile if held_until is None else held_until,
-        now,
-    )
-    with np.errstate(invalid="ignore"):  # inf marginal (a node short of GPUs) + idle
-        energy = marginal * runtime + idle_energy
+    avoidable = np.where(np.isnan(idle_avoidable), float(cfg.idle_power in AVOIDABLE_IDLE), idle_avoidable)
+    if avoidable.any():
+        idle_energy = _unavoidable_idle_joules(
+            curve[:, 0] + gpu_count * gpu_idle, runtime, avoidable, held_profile if held_until is None else held_until, now
+        )
+        with np.errstate(invalid="ignore"):  # inf marginal (a node short of GPUs) + idle
+            energy = marginal * runtime + idle_energy
+    else:  # an always-on cluster: no idle power to answer for
+        idle_energy = np.zeros(n)
+        energy = marginal * runtime
     with np.errstate(invalid="ignore"):  # inf energy × 0 g/kWh
         carbon = energy * (pue * intensity / JOULES_PER_KWH)
     if pod.gpus > 0:
@@ -277,7 +281,7 @@ def _costs(
         failed = np.zeros(n, dtype=bool)
 
     saturating = u1 > 1.0 + 1e-9 if pod.cpu_cores > 0 else np.zeros(n, dtype=bool)
-    reserve = cfg.reserve_gpu_nodes and pod.gpus == 0
+    reserve = cfg.reserve_gpu_nodes and pod.gpus == 0 and bool(has_gpus.any())
     best = float("nan")
     if over is None:  # the best node of the cluster, by the same rules as the candidates
         choosable = fresh & ~failed & np.isfinite(cost)
