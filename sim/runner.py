@@ -14,6 +14,7 @@ Policies:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -68,15 +69,8 @@ def describe_extender(opts: RunOptions) -> str:
 
 
 def policy_config_dict(cfg: PolicyConfig) -> dict[str, Any]:
-    """The policy settings a run records in its results."""
-    return {
-        "band": cfg.band,
-        "neutral_score": cfg.neutral_score,
-        "reference_runtime_seconds": cfg.reference_runtime_seconds,
-        "gpu_pod_utilisation": cfg.gpu_pod_utilisation,
-        "power_cap_enabled": cfg.power_cap_enabled,
-        "power_cap_headroom": cfg.power_cap_headroom,
-    }
+    """The policy settings a run records in its results: every field but the strategy, set per policy."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "strategy"}
 
 
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from joulesched.policy.demand import QuantityError, parse_quantity
@@ -81,6 +82,16 @@ class Fields:
         if value != int(value):
             raise self.fail(field, f"must be a whole number, got {self.row[field]!r}")
         return int(value)
+
+
+def read_text(path: str) -> str:
+    """A trace file's text; a ``TraceError`` naming the file when it cannot be read or is not UTF-8."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise TraceError(path, "", "", f"cannot read: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise TraceError(path, "", "", f"not UTF-8 text: {err}") from err
 
 
 def _non_negative(value: float, raw: Any) -> float:

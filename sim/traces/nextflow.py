@@ -25,7 +25,7 @@ from pathlib import Path
 
 from joulesched.sim.errors import TraceError
 from joulesched.sim.model import PodSpec, Trace
-from joulesched.sim.traces.common import Fields, round_up_mib
+from joulesched.sim.traces.common import Fields, read_text, round_up_mib
 from joulesched.sim.traces.wfformat import MIN_TASK_SECONDS, cpu_request_from_avg
 
 SKIPPED_STATUSES = {"CACHED", "ABORTED"}
@@ -78,12 +78,7 @@ def parse_percent(text: str) -> float:
 
 def read_nextflow_trace(path: str | Path, *, name: str | None = None) -> Trace:
     path = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise TraceError(path, "", "", f"cannot read: {err.strerror or err}") from err
-    except UnicodeDecodeError as err:
-        raise TraceError(path, "", "", f"not UTF-8 text: {err}") from err
+    text = read_text(path)
     lines = text.splitlines()
     if not lines:
         raise TraceError(path, "", "", "empty file (expected a tab-separated header line)")

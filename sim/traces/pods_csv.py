@@ -33,7 +33,7 @@ from pathlib import Path
 
 from joulesched.sim.errors import TraceError
 from joulesched.sim.model import DEFAULT_NAMESPACE, PodSpec, Trace, topological_order
-from joulesched.sim.traces.common import MIB, Fields
+from joulesched.sim.traces.common import MIB, Fields, read_text
 
 POD_CSV_COLUMNS = (
     "name",
@@ -67,12 +67,7 @@ DEFAULT_USAGE_WITHOUT_REQUEST = 0.1  # cores
 
 
 def _rows(path: str) -> tuple[list[str], list[dict[str, str]]]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise TraceError(path, "", "", f"cannot read: {err.strerror or err}") from err
-    except UnicodeDecodeError as err:
-        raise TraceError(path, "", "", f"not UTF-8 text: {err}") from err
+    text = read_text(path)
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in (reader.fieldnames or [])]
     if not header:
