@@ -9,9 +9,11 @@ root=$(pwd)
 log() { printf '\n== %s\n' "$*"; }
 
 # 1. System packages the tests run for real: Prometheus and promtool, etcd for the
-#    kube-apiserver, ipmitool and freeipmi against a simulated BMC, openssl for certificates.
+#    kube-apiserver, ipmitool and freeipmi against a simulated BMC, openssl for certificates,
+#    podman (with runc) and mmdebstrap to build and run the images (tests/deploy/test_image.py).
 declare -A provides=([prometheus]=prometheus [promtool]=prometheus [etcd]=etcd-server
-                     [ipmitool]=ipmitool [ipmi-dcmi]=freeipmi-tools [openssl]=openssl)
+                     [ipmitool]=ipmitool [ipmi-dcmi]=freeipmi-tools [openssl]=openssl
+                     [podman]=podman [runc]=runc [mmdebstrap]=mmdebstrap)
 missing=()
 for binary in "${!provides[@]}"; do
   command -v "$binary" >/dev/null 2>&1 || missing+=("${provides[$binary]}")
