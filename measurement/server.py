@@ -15,7 +15,7 @@ only, and an unauthenticated window must span at least one second (closing it ea
 
 Robustness: connections wait in a selector until they send something, and only then take one
 of ``workers`` threads, so idle connections cost no thread (they are closed after
-``idle_seconds``, and beyond ``max_connections`` new ones are closed at once); every socket read
+``idle_seconds``, and beyond ``max_connections`` the longest idle one is closed); every socket read
 times out after ``read_timeout`` seconds; the listen backlog is 128. ``POST /v1/windows`` checks
 the token before it reads a body, reads at most 64 KiB (413 beyond), and answers every malformed
 request (Content-Length not a non-negative integer, chunked bodies, invalid UTF-8, JSON nested
@@ -114,12 +114,6 @@ class AgentServer(HTTPServer):
     # -- connections: parked in a selector until readable, then served by a pool worker ---------
 
     def process_request(self, request: Any, client_address: _Address) -> None:
-        with self._count_lock:
-            full = len(self._idle) + self._busy + self._parked.qsize() >= self.max_connections
-        if full:
-            log.warning("%d connections open: closing a new one from %s", self.max_connections, client_address)
-            self.shutdown_request(request)
-            return
         self._park(request, client_address)
 
     def _park(self, sock: socket.socket, address: _Address) -> None:
@@ -142,7 +136,14 @@ class AgentServer(HTTPServer):
                     self.shutdown_request(sock)
                     continue
                 with self._count_lock:
+                    oldest = None
+                    if self._idle and len(self._idle) + self._busy >= self.max_connections:
+                        oldest = next(iter(self._idle))  # the longest idle makes room
+                        del self._idle[oldest]
                     self._idle[sock] = (time.monotonic() + self.idle_seconds, address)
+                if oldest is not None:
+                    self._selector.unregister(oldest)
+                    self.shutdown_request(oldest)
             for key, _ in self._selector.select(timeout=1.0):
                 if key.fileobj is self._wake_r:
                     try:

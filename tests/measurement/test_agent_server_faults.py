@@ -35,14 +35,20 @@ def with_token(tmp_path: Path, clock: FakeClock) -> Iterator[Running]:
     r.server.server_close()
 
 
+_BUFFERS: dict[int, bytes] = {}  # bytes received past the last response, per socket
+
+
 def connect(r: Running, timeout: float = 10.0) -> socket.socket:
     host, port = r.server.server_address[:2]
-    return socket.create_connection((str(host), int(port)), timeout=timeout)
+    sock = socket.create_connection((str(host), int(port)), timeout=timeout)
+    _BUFFERS.pop(sock.fileno(), None)
+    return sock
 
 
 def response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """Read one HTTP response (status, headers, body) from a raw socket."""
-    data = b""
+    """Read one HTTP response (status, headers, body) from a raw socket; bytes of the responses
+    after it (pipelining) are kept for the next call."""
+    data = _BUFFERS.pop(sock.fileno(), b"")
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
@@ -58,6 +64,8 @@ def response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
         if not chunk:
             break
         rest += chunk
+    if rest[length:]:
+        _BUFFERS[sock.fileno()] = rest[length:]
     return status, headers, rest[:length]
 
 
@@ -182,3 +190,15 @@ def test_a_stalled_request_is_dropped_after_the_read_timeout(running: Running) -
 
 def test_the_listen_backlog_is_not_the_default_five(running: Running) -> None:
     assert running.server.request_queue_size >= 128
+
+
+def test_past_the_connection_limit_the_longest_idle_makes_room(running: Running) -> None:
+    running.server.max_connections = 50
+    idle = [connect(running) for _ in range(80)]
+    try:
+        time.sleep(0.5)
+        assert running.request("GET", "/healthz")[0] in (200, 503)  # not locked out
+        assert idle[0].recv(1) == b""  # the first idle connection was closed to make room
+    finally:
+        for sock in idle:
+            sock.close()
