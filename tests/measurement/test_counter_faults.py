@@ -9,11 +9,13 @@ shows in the anomaly counts and the discarded seconds.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
+from joulesched.measurement.config import AgentConfig, SourcesConfig
 from joulesched.measurement.meter import EnergyMeter
+from joulesched.measurement.sampler import Sampler
 from joulesched.measurement.sources.base import Roots
 from joulesched.measurement.sources.registry import open_sources
 from tests.measurement.fakes import FakeClock
@@ -153,3 +155,32 @@ def test_counter_fault(
         assert sum(meter.discarded_seconds.values()) > 0
     if scenario is coarse_steps_read_often:
         assert rig.truth - measured <= 70.0
+
+
+def test_window_traffic_drops_no_energy_of_a_coarse_counter(roots: Roots, powercap: PowercapTree, clock: FakeClock) -> None:
+    """8 clients opening and closing windows between samples: 70 J steps every 100 ms all count."""
+    powercap.add(ENTRY, "package-0")
+    s = Sampler(
+        replace(AgentConfig(), roots=roots, sources=SourcesConfig(order=("rapl_sysfs",))),
+        open_sources(("rapl_sysfs",), {}, roots, clock).sources,
+        node="n1",
+        clock=clock,
+    )
+    s.sample()
+    truth = 0.0
+    windows: list[str] = []
+    for ms in range(1, 5_001):
+        clock.tick(0.001)
+        if ms % 100 == 50:
+            powercap.advance(ENTRY, 70.0)
+            truth += 70.0
+        if ms % 1000 == 0:
+            s.sample()
+        elif len(windows) < 8:
+            windows.append(s.open_window().id)
+        else:
+            s.close_window(windows.pop(0))
+    snap = s.sample()
+    counted = next(z.joules_total for z in snap.zones if z.zone == "package-0")
+    assert counted == pytest.approx(truth, abs=1e-6)
+    assert snap.anomalies == ()
