@@ -101,6 +101,7 @@ class AgentServer(HTTPServer):
         self._count_lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)  # a full wake-up pipe already wakes the poller
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._closing = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="agent-http-poll", daemon=True)
@@ -160,6 +161,8 @@ class AgentServer(HTTPServer):
                 try:
                     self._pool.submit(self._serve, conn, address)
                 except RuntimeError:  # the pool is shut down
+                    with self._count_lock:
+                        self._busy -= 1
                     self.shutdown_request(conn)
             now = time.monotonic()
             with self._count_lock:
