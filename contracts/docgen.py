@@ -42,7 +42,7 @@ _SECTIONS = (
     ),
     ("Site factors", ("site_",)),
     ("Server factors", ("server_",)),
-    ("Agent: health", ("source_", "energy_anomalies", "measurement_windows")),
+    ("Agent: health", ("source_", "energy_anomalies", "energy_discarded", "measurement_windows")),
     ("Extender", ("extender_",)),
 )
 

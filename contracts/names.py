@@ -27,7 +27,7 @@ L_IDLE_POLICY = "idle_policy"  # requests | bucket
 L_SITE = "site"
 L_SERVER_ID = "server_id"
 L_DEVICE = "device"  # cpu | gpu-N
-L_KIND = "kind"  # anomaly kind: negative, implausible, gap
+L_KIND = "kind"  # anomaly kind: negative, implausible, gap, garbage, reset
 L_BUCKET = "bucket"  # idle (idle power not given to pods) | system (busy time of no pod)
 L_PAIR = "pair"  # two sources compared, e.g. "rapl_sysfs/ipmi_dcmi"
 L_VERB = "verb"  # extender verb
@@ -145,6 +145,14 @@ SOURCE_UP = _m("source_up", "gauge", "1 when the last read of the source succeed
 SOURCE_READ_SECONDS = _m("source_read_duration_seconds", "histogram", "Time to read one source.", L_SOURCE)
 ANOMALIES = _m(
     "energy_anomalies_total", "counter", "Energy deltas dropped as implausible, by kind.", L_SOURCE, L_ZONE, L_KIND
+)
+DISCARDED_SECONDS = _m(
+    "energy_discarded_seconds_total",
+    "counter",
+    "Time whose energy a zone could not count (the intervals dropped as anomalies), by kind.",
+    L_SOURCE,
+    L_ZONE,
+    L_KIND,
 )
 SOURCE_RATIO = _m(
     "source_agreement_ratio", "gauge", "Ratio of two sources measuring the same thing (e.g. rapl/ipmi).", L_NODE, L_PAIR

@@ -7,10 +7,14 @@ energy since its previous reading to a 64-bit-or-wider integer total in nanojoul
 * counter zones: wrap-safe difference (:func:`measurement.energy.counter_delta`);
 * power zones: trapezoid over the readings' own timestamps (:func:`measurement.energy.trapezoid`).
 
-A delta that is negative after the wrap correction, above ``max_zone_watts × dt``, or (power)
-across a gap longer than ``max_gap_seconds`` is dropped, counted per (source, zone, kind), logged
-once, and the zone is re-based on the new reading. A failed read leaves the zone's previous
-reading in place, so the next successful read catches up (counters lose nothing).
+A delta that is negative after the wrap correction, above ``max_zone_watts × dt``, a step back
+that a wrap would explain only above the zone's own plausible power (a ``reset``), or (power)
+across a gap longer than ``max_gap_seconds`` is dropped, counted per (source, zone, kind) with
+the seconds it covered, logged once, and the zone is re-based on the new reading. A counter
+reading outside its range is ``garbage``: counted, and the last good reading kept. A failed read
+leaves the zone's previous reading in place, so the next successful read catches up (counters
+lose nothing). For counters, dt runs from when the previous value was first read (reads that see
+no change do not move it), so how often windows read the meter never changes the limits.
 
 Zones are re-listed every ``rescan_seconds``: a new zone starts from its first reading; a zone
 that disappeared keeps its total and is marked absent.
@@ -35,15 +39,22 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 
+WRAP_HEADROOM = 4.0  # a wrap is believed up to this many times the zone's highest power seen
+MIN_PEAK_SECONDS = 0.05  # intervals shorter than this do not teach the zone's highest power
+
+
 class _ZoneState:
-    __slots__ = ("info", "last", "present", "total_nj", "zone")
+    __slots__ = ("info", "last", "peak_watts", "present", "total_nj", "zone")
 
     def __init__(self, zone: Zone, info: ZoneInfo) -> None:
         self.zone = zone
         self.info = info
+        # a counter's last accepted reading that changed its value: its timestamp is when the
+        # current value was first seen, the start of the interval the next step accrued over
         self.last: Reading | None = None
         self.total_nj = 0
         self.present = True
+        self.peak_watts = 0.0  # the highest power of an accepted counter interval
 
 
 class _SourceState:
@@ -89,6 +100,7 @@ class EnergyMeter:
         self.lock = threading.RLock()
         self._sources = [_SourceState(s) for s in sources]
         self.anomalies: dict[tuple[str, str, str], int] = {}
+        self.discarded_seconds: dict[tuple[str, str, str], float] = {}  # time whose energy is unknown
         self._last_rescan = clock()
         for state in self._sources:
             self._adopt(state, self._list(state))
@@ -155,10 +167,11 @@ class EnergyMeter:
         state.up = False
         state.error = message
 
-    def _anomaly(self, info: ZoneInfo, kind: str, detail: str) -> None:
+    def _anomaly(self, info: ZoneInfo, kind: str, detail: str, seconds: float) -> None:
         key = (info.source, info.zone, kind)
         count = self.anomalies.get(key, 0)
         self.anomalies[key] = count + 1
+        self.discarded_seconds[key] = self.discarded_seconds.get(key, 0.0) + max(seconds, 0.0)
         if count == 0:
             log.warning(
                 "%s zone %s: %s energy delta dropped (%s); further ones are counted in "
@@ -220,6 +233,7 @@ class EnergyMeter:
             zs.last = reading
             return
         info = zs.info
+        dt = reading.timestamp - last.timestamp
         if info.kind == "power":
             if reading.timestamp == last.timestamp:
                 return  # the device has no new reading yet
@@ -227,16 +241,30 @@ class EnergyMeter:
                 last.value, last.timestamp, reading.value, reading.timestamp, self.max_zone_watts, self.max_gap_seconds
             )
         else:
-            dt = reading.timestamp - last.timestamp
-            delta = counter_delta(last.value, reading.value, info.max_joules, dt, self.max_zone_watts)
+            if reading.value == last.value:
+                return  # no step yet (a coarse counter): the interval runs on from the last change
+            # dt runs from when the previous value was first seen (over the time between the last
+            # successful reads, however often windows read), so the plausibility limit depends on
+            # the real elapsed time only
+            wrap_watts = WRAP_HEADROOM * zs.peak_watts if zs.peak_watts > 0 else self.max_zone_watts
+            delta = counter_delta(
+                last.value, reading.value, info.max_joules, dt, self.max_zone_watts, wrap_watts=wrap_watts
+            )
         if delta.joules is None:
+            kind = delta.anomaly or "implausible"
+            garbage = kind == "garbage"  # an impossible reading: keep the last good one, lose nothing
             self._anomaly(
                 info,
-                delta.anomaly or "implausible",
-                f"{last.value:g} → {reading.value:g} over {reading.timestamp - last.timestamp:.3f} s",
+                kind,
+                f"{last.value:g} → {reading.value:g} over {dt:.3f} s",
+                0.0 if garbage else dt,
             )
+            if garbage:
+                return
         else:
             zs.total_nj += to_nanojoules(delta.joules)
+            if info.kind != "power" and dt >= MIN_PEAK_SECONDS:
+                zs.peak_watts = max(zs.peak_watts, delta.joules / dt)
         zs.last = reading
 
     def all_up(self) -> bool:

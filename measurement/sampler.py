@@ -501,6 +501,7 @@ class Sampler:
             speed=self.config.node.speed,
             power_cap_watts=self.config.node.power_cap_watts,
             domains=layout.domains,
+            discarded=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.discarded_seconds.items())),
         )
 
     def _gpu_summary(self, fits: Mapping[str, Any]) -> GpuSummary | None:

@@ -1,4 +1,4 @@
-"""The agent's HTTP endpoints (standard library ``ThreadingHTTPServer``, TCP_NODELAY)::
+"""The agent's HTTP endpoints (standard library ``HTTPServer``, a bounded worker pool, TCP_NODELAY)::
 
     GET    /metrics             Prometheus text (OpenMetrics when asked), latest published snapshot
     GET    /healthz             200 while sampling keeps up, 503 otherwise
@@ -12,6 +12,14 @@ second. The windows API reads counters at arbitrary moments, so: with ``server.t
 it needs ``Authorization: Bearer <token>``; without a token it is served on a loopback address
 only, and an unauthenticated window must span at least one second (closing it earlier answers
 409 and leaves it open).
+
+Robustness: connections wait in a selector until they send something, and only then take one
+of ``workers`` threads, so idle connections cost no thread (they are closed after
+``idle_seconds``, and beyond ``max_connections`` the longest idle one is closed); every socket read
+times out after ``read_timeout`` seconds; the listen backlog is 128. ``POST /v1/windows`` checks
+the token before it reads a body, reads at most 64 KiB (413 beyond), and answers every malformed
+request (Content-Length not a non-negative integer, chunked bodies, invalid UTF-8, JSON nested
+too deep) with a JSON 400.
 """
 
 from __future__ import annotations
@@ -19,10 +27,15 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import queue
+import selectors
+import socket
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from prometheus_client.exposition import choose_encoder
@@ -39,9 +52,17 @@ MIN_UNAUTHENTICATED_WINDOW = 1.0
 MAX_BODY = 64 * 1024
 
 
-class AgentServer(ThreadingHTTPServer):
-    daemon_threads = True
+WORKERS = 16
+MAX_CONNECTIONS = 1024
+IDLE_SECONDS = 30.0
+READ_TIMEOUT = 10.0
+
+_Address = Any  # (host, port) or (host, port, flowinfo, scope_id)
+
+
+class AgentServer(HTTPServer):
     allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog (socketserver's default is 5)
 
     def __init__(
         self,
@@ -55,6 +76,10 @@ class AgentServer(ThreadingHTTPServer):
         min_samples: int,
         stale_after: float,
         clock: Callable[[], float],
+        workers: int = WORKERS,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_seconds: float = IDLE_SECONDS,
+        read_timeout: float = READ_TIMEOUT,
     ) -> None:
         self.sampler = sampler
         self.published = published
@@ -64,12 +89,129 @@ class AgentServer(ThreadingHTTPServer):
         self.min_samples = min_samples
         self.stale_after = stale_after
         self.clock = clock
+        self.max_connections = max_connections
+        self.idle_seconds = idle_seconds
+        self.read_timeout = read_timeout
         super().__init__(address, _Handler)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-http-worker")
+        self._selector = selectors.DefaultSelector()
+        self._parked: queue.SimpleQueue[tuple[socket.socket, _Address]] = queue.SimpleQueue()
+        self._idle: dict[socket.socket, tuple[float, _Address]] = {}  # waiting: deadline, peer
+        self._busy = 0  # connections being served by a worker
+        self._count_lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)  # a full wake-up pipe already wakes the poller
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._closing = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="agent-http-poll", daemon=True)
+        self._poller.start()
 
     def serve_in_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)
         thread.start()
         return thread
+
+    # -- connections: parked in a selector until readable, then served by a pool worker ---------
+
+    def process_request(self, request: Any, client_address: _Address) -> None:
+        self._park(request, client_address)
+
+    def _park(self, sock: socket.socket, address: _Address) -> None:
+        self._parked.put((sock, address))
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # closing
+            pass
+
+    def _poll(self) -> None:
+        while not self._closing.is_set():
+            while True:
+                try:
+                    sock, address = self._parked.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    self._selector.register(sock, selectors.EVENT_READ)
+                except (ValueError, OSError):  # closed meanwhile
+                    self.shutdown_request(sock)
+                    continue
+                with self._count_lock:
+                    oldest = None
+                    if self._idle and len(self._idle) + self._busy >= self.max_connections:
+                        oldest = next(iter(self._idle))  # the longest idle makes room
+                        del self._idle[oldest]
+                    self._idle[sock] = (time.monotonic() + self.idle_seconds, address)
+                if oldest is not None:
+                    self._selector.unregister(oldest)
+                    self.shutdown_request(oldest)
+            for key, _ in self._selector.select(timeout=1.0):
+                if key.fileobj is self._wake_r:
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except OSError:
+                        pass
+                    continue
+                conn: socket.socket = key.fileobj  # type: ignore[assignment]
+                self._selector.unregister(conn)
+                with self._count_lock:
+                    _, address = self._idle.pop(conn)
+                    self._busy += 1
+                try:
+                    self._pool.submit(self._serve, conn, address)
+                except RuntimeError:  # the pool is shut down
+                    with self._count_lock:
+                        self._busy -= 1
+                    self.shutdown_request(conn)
+            now = time.monotonic()
+            with self._count_lock:
+                expired = [c for c, (deadline, _) in self._idle.items() if deadline <= now]
+                for conn in expired:
+                    del self._idle[conn]
+            for conn in expired:
+                self._selector.unregister(conn)
+                self.shutdown_request(conn)
+
+    def _serve(self, conn: socket.socket, address: _Address) -> None:
+        keep = False
+        try:
+            conn.settimeout(self.read_timeout)
+            handler = _Handler(conn, address, self)
+            keep = handler.keep_alive
+        except Exception:
+            log.exception("request from %s failed", address)
+        finally:
+            with self._count_lock:
+                self._busy -= 1
+        if keep and not self._closing.is_set():
+            self._park(conn, address)
+        else:
+            self.shutdown_request(conn)
+
+    def server_close(self) -> None:
+        self._closing.set()
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass
+        self._poller.join(timeout=5.0)
+        super().server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._count_lock:
+            idle = list(self._idle)
+            self._idle.clear()
+        for conn in idle:
+            self.shutdown_request(conn)
+        while True:
+            try:
+                conn, _ = self._parked.get_nowait()
+            except queue.Empty:
+                break
+            self.shutdown_request(conn)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -77,6 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # StreamRequestHandler sets TCP_NODELAY on each connection
     server_version = "joulesched-agent"
+    keep_alive = False  # set by handle(): the connection stays open for a next request
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
@@ -102,10 +245,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorised(self) -> bool | None:
         """True with a valid token, False without one where that is allowed; None: answered."""
         if not self.server.windows_allowed:
-            self._error(
+            self.close_connection = True  # a body, if any, is never read
+            self._json(
                 HTTPStatus.FORBIDDEN,
-                "the windows API is disabled: the agent listens on a non-loopback address without "
-                "server.token_file; set a token file, or listen on 127.0.0.1",
+                {
+                    "error": "the windows API is disabled: the agent listens on a non-loopback address without "
+                    "server.token_file; set a token file, or listen on 127.0.0.1"
+                },
+                {"Connection": "close"},
             )
             return None
         token = self.server.token
@@ -114,21 +261,78 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         if header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip().encode(), token.encode()):
             return True
-        self._json(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"}, {"WWW-Authenticate": "Bearer"})
+        self.close_connection = True  # a body, if any, is never read
+        self._json(
+            HTTPStatus.UNAUTHORIZED,
+            {"error": "missing or wrong bearer token"},
+            {"WWW-Authenticate": "Bearer", "Connection": "close"},
+        )
         return None
 
+    def handle(self) -> None:
+        """Serve the requests already sent on this connection; then give it back to the server to
+        wait (without a thread) for the next one, unless it is to be closed."""
+        self.keep_alive = False
+        self.close_connection = True
+        self.handle_one_request()
+        while not self.close_connection:
+            if not self._more_buffered():
+                self.keep_alive = True
+                return
+            self.handle_one_request()
+
+    def _more_buffered(self) -> bool:
+        """Whether a further request is already here (pipelined): read without waiting."""
+        conn = self.connection
+        try:
+            conn.setblocking(False)
+            return bool(self.rfile.peek(1))  # type: ignore[attr-defined]
+        except OSError:
+            return False
+        finally:
+            try:
+                conn.settimeout(self.server.read_timeout)
+            except OSError:
+                pass
+
+    def _refuse_body(self, status: int, message: str) -> None:
+        """Answer without reading the body; the connection closes (the body is never read)."""
+        self.close_connection = True
+        self._json(status, {"error": message}, {"Connection": "close"})
+
     def _body(self) -> dict[str, Any] | None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
-            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body above {MAX_BODY} bytes")
+        if self.headers.get("Transfer-Encoding"):
+            self._refuse_body(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not chunked")
             return None
-        raw = self.rfile.read(length) if length else b""
+        header = self.headers.get("Content-Length")
+        text = (header or "0").strip()
+        if not text.isdigit() or not text.isascii():
+            self._refuse_body(HTTPStatus.BAD_REQUEST, f"Content-Length must be a non-negative integer, got {header!r}")
+            return None
+        length = int(text)
+        if length > MAX_BODY:
+            self._refuse_body(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body above {MAX_BODY} bytes")
+            return None
+        try:
+            raw = self.rfile.read(length) if length else b""
+        except TimeoutError:
+            self._refuse_body(HTTPStatus.REQUEST_TIMEOUT, f"body not received within {self.server.read_timeout:g} s")
+            return None
+        if len(raw) < length:
+            self._refuse_body(HTTPStatus.BAD_REQUEST, f"body ended after {len(raw)} of {length} bytes")
+            return None
         if not raw.strip():
             return {}
         try:
-            doc = json.loads(raw)
+            doc = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            self._error(HTTPStatus.BAD_REQUEST, f"body is not UTF-8: {err}")
+            return None
         except json.JSONDecodeError as err:
             self._error(HTTPStatus.BAD_REQUEST, f"body is not JSON: {err}")
+            return None
+        except RecursionError:
+            self._error(HTTPStatus.BAD_REQUEST, "body is JSON nested too deep")
             return None
         if not isinstance(doc, dict):
             self._error(HTTPStatus.BAD_REQUEST, 'body must be a JSON object, e.g. {"label": "run-42"}')
@@ -170,10 +374,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path.rstrip("/") != "/v1/windows":
             self._error(HTTPStatus.NOT_FOUND, f"no such endpoint {path!r}")
             return
+        if self._authorised() is None:  # before the body: an unauthorised one is never read
+            return
         body = self._body()
         if body is None:
-            return
-        if self._authorised() is None:
             return
         label = body.get("label", "")
         if not isinstance(label, str) or len(label) > 200:

@@ -114,6 +114,7 @@ class Snapshot:
     speed: float = 1.0
     power_cap_watts: float | None = None
     domains: tuple[str, ...] = ("cpu", "dram", "gpu", "other")  # those this node's sources can produce
+    discarded: tuple[tuple[str, str, str, float], ...] = ()  # (source, zone, kind, seconds not counted)
 
     def model(self, device: str) -> ModelSnapshot | None:
         return next((m for m in self.models if m.device == device), None)

@@ -32,23 +32,41 @@ class Delta:
     """Energy of one zone between two readings, or why it was dropped."""
 
     joules: float | None
-    anomaly: str | None = None  # negative | implausible | gap
+    anomaly: str | None = None  # negative | implausible | gap | garbage | reset
 
 
-def counter_delta(prev: float, cur: float, max_joules: float | None, dt: float, max_watts: float) -> Delta:
+def counter_delta(
+    prev: float, cur: float, max_joules: float | None, dt: float, max_watts: float, *, wrap_watts: float | None = None
+) -> Delta:
     """Energy between two counter readings, correcting one wrap at ``max_joules``.
 
-    Dropped (``joules=None``): a delta still negative after the wrap correction (a counter
-    reset, or a counter without a known range going back) and one above ``max_watts × dt``
-    (physically impossible: a spurious wrap, a garbage read).
+    Dropped (``joules=None``):
+
+    * ``garbage``: a reading outside the counter's range (below 0, above ``max_joules``);
+    * ``negative``: a delta still negative after the wrap correction (a counter reset, or a
+      counter without a known range going back);
+    * ``implausible``: a delta above ``max_watts × dt`` (physically impossible: a spurious wrap,
+      a garbage read);
+    * ``reset``: a step back that a wrap would explain only with more than ``wrap_watts × dt``
+      (the zone's own plausible power over the real elapsed time): the counter was reset, or
+      went back, rather than wrapped, and the energy since then is unknown, never invented.
+
+    ``dt`` is the real time the energy accrued over: for the meter, the time since the counter
+    last changed, so that a coarse counter's step read soon after the step is not dropped.
     """
+    if cur < 0 or (max_joules and cur > max_joules):
+        return Delta(None, "garbage")
     delta = cur - prev
+    wrapped = False
     if delta < 0 and max_joules:
         delta += max_joules
+        wrapped = True
     if delta < 0:
         return Delta(None, "negative")
     if dt <= 0:
         return Delta(0.0) if delta == 0 else Delta(None, "implausible")
+    if wrapped and wrap_watts is not None and delta > min(wrap_watts, max_watts) * dt:
+        return Delta(None, "reset")
     if delta > max_watts * dt:
         return Delta(None, "implausible")
     return Delta(delta)

@@ -109,6 +109,8 @@ def families(snap: Snapshot) -> list[Metric]:
         f.add(n.SOURCE_ERRORS, (s.name,), float(s.errors_total))
     for source, zone, kind, count in snap.anomalies:
         f.add(n.ANOMALIES, (source, zone, kind), float(count))
+    for source, zone, kind, seconds in snap.discarded:
+        f.add(n.DISCARDED_SECONDS, (source, zone, kind), seconds)
     for pair, ratio in sorted(snap.ratios.items()):
         f.add(n.SOURCE_RATIO, (node, pair), ratio)
     f.add(n.WINDOWS_OPEN, (node,), float(snap.windows_open))

@@ -189,3 +189,9 @@ def test_only_the_domains_a_node_has_are_exported() -> None:
     pod_lines = [line for line in text.splitlines() if line.startswith("joulesched_pod_energy_joules_total{")]
     assert len(pod_lines) == 2 * len(snap.pods)
     assert not any('domain="gpu"' in line or 'domain="other"' in line for line in pod_lines)
+
+
+def test_discarded_intervals_are_exported_by_kind() -> None:
+    snap = replace(golden_snapshot(), discarded=(("rapl_sysfs", "package-0", "reset", 17.0),))
+    text = generate_latest(make_registry(lambda: snap)).decode()
+    assert 'joulesched_energy_discarded_seconds_total{kind="reset",source="rapl_sysfs",zone="package-0"} 17.0' in text

@@ -24,6 +24,8 @@ CEILING = 10_000.0  # W
         (10.0, 11.0, MAX, 0.0, None, "implausible"),
         (900.0, 100.0, 1000.0, 1.0, 200.0, None),
         (2000.0, 5.0, 999.0, 1.0, None, "negative"),
+        (10.0, MAX + 1.0, MAX, 1.0, None, "garbage"),
+        (10.0, -1.0, MAX, 1.0, None, "garbage"),
     ],
     ids=[
         "a plain increase",
@@ -37,6 +39,8 @@ CEILING = 10_000.0  # W
         "energy in zero time",
         "a small custom range wraps",
         "a previous value above the range stays negative",
+        "a reading above the counter's range is garbage",
+        "a negative reading is garbage",
     ],
 )
 def test_counter_delta(
@@ -48,6 +52,31 @@ def test_counter_delta(
         assert delta.joules is None
     else:
         assert delta.joules == pytest.approx(joules)
+
+
+@pytest.mark.parametrize(
+    ("prev", "cur", "dt", "wrap_watts", "joules", "anomaly"),
+    [
+        (MAX - 50.0, 50.0, 1.0, 400.0, 100.0, None),
+        (100_000.0, 1_300.0, 17.0, 320.0, None, "reset"),
+        (100_000.0, 99_000.0, 31.0, 320.0, None, "reset"),
+        (100_000.0, 99_000.0, 1.0, 320.0, None, "reset"),
+        (100.0, 200.0, 1.0, 320.0, 100.0, None),
+    ],
+    ids=[
+        "a wrap at the zone's own power is a wrap",
+        "a reset after a gap is not taken for a wrap",
+        "going back after a long stretch is a reset, not a wrap",
+        "going back a little with a known power is a reset",
+        "the wrap bound leaves plain increases alone",
+    ],
+)
+def test_counter_delta_wrap_bound(
+    prev: float, cur: float, dt: float, wrap_watts: float, joules: float | None, anomaly: str | None
+) -> None:
+    delta = counter_delta(prev, cur, MAX, dt, CEILING, wrap_watts=wrap_watts)
+    assert delta.anomaly == anomaly
+    assert delta.joules == (None if joules is None else pytest.approx(joules))
 
 
 def test_wrap_delta_is_exact_to_the_microjoule() -> None:

@@ -1,0 +1,186 @@
+"""Counter faults on a replica powercap tree: no energy invented, none dropped unseen (issue 12).
+
+Each case drives one package zone through a fault and compares the meter's total with the truth
+(the energy the replica really added). A wrap is believed only when it fits the counter's range
+and the zone's own power over the real time since the counter last changed; whatever is dropped
+shows in the anomaly counts and the discarded seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import pytest
+
+from joulesched.measurement.config import AgentConfig, SourcesConfig
+from joulesched.measurement.meter import EnergyMeter
+from joulesched.measurement.sampler import Sampler
+from joulesched.measurement.sources.base import Roots
+from joulesched.measurement.sources.registry import open_sources
+from tests.measurement.fakes import FakeClock
+from tests.measurement.replica import DEFAULT_MAX_UJ, PowercapTree
+
+ENTRY = "intel-rapl:0"
+KEY = ("rapl_sysfs", "package-0")
+
+
+@dataclass
+class Rig:
+    tree: PowercapTree
+    clock: FakeClock
+    meter: EnergyMeter
+    truth: float = 0.0  # joules the zone really used while the meter watched
+
+    def read(self) -> float:
+        return self.meter.read().totals[KEY] / 1e9
+
+    def run(self, watts: float, seconds: float, every: float = 1.0) -> None:
+        """Draw ``watts`` for ``seconds``, reading every ``every`` seconds."""
+        steps = round(seconds / every)
+        for _ in range(steps):
+            self.clock.tick(every)
+            self.tree.advance(ENTRY, watts * every)
+            self.truth += watts * every
+            self.read()
+
+    def unreadable(self, watts: float, seconds: float, content: str | None) -> None:
+        """The zone cannot be read for ``seconds`` (``content`` None: the file vanished)."""
+        energy = self.tree.energy(ENTRY)
+        path = self.tree.base / ENTRY / "energy_uj"
+        for _ in range(round(seconds)):
+            self.clock.tick()
+            self.truth += watts
+            if content is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_text(content)
+            self.read()
+        self.tree.set(ENTRY, energy)
+
+
+def plain_wrap(rig: Rig) -> None:
+    rig.tree.set(ENTRY, DEFAULT_MAX_UJ - 50_000_000)
+    rig.read()
+    rig.run(100.0, 5.0)
+
+
+def wrap_near_the_maximum(rig: Rig) -> None:
+    rig.tree.set(ENTRY, DEFAULT_MAX_UJ - 1)
+    rig.read()
+    rig.run(123.456789, 3.0)
+
+
+def reset_after_vanish(rig: Rig) -> None:
+    rig.tree.set(ENTRY, 100_000_000_000)
+    rig.read()
+    rig.run(80.0, 10.0)
+    rig.unreadable(80.0, 16.0, None)
+    rig.tree.set(ENTRY, 1_300_000_000)  # back, reset: 1.3 kJ since the reset
+    rig.clock.tick()
+    rig.truth += 80.0
+    rig.read()
+    rig.run(80.0, 5.0)
+
+
+def backwards_after_unreadable(rig: Rig) -> None:
+    rig.tree.set(ENTRY, 100_000_000_000)
+    rig.read()
+    rig.run(80.0, 10.0)
+    rig.unreadable(80.0, 30.0, "garbled\n")
+    rig.tree.set(ENTRY, rig.tree.energy(ENTRY) - 1_000_000_000)  # 1 kJ back
+    rig.clock.tick()
+    rig.truth += 80.0
+    rig.read()
+    rig.run(80.0, 5.0)
+
+
+def garbage_then_zero(rig: Rig) -> None:
+    rig.tree.set(ENTRY, 256_600_000_000)
+    rig.read()
+    rig.run(100.0, 5.0)
+    for value in (2**64 - 1, 0):
+        rig.tree.set(ENTRY, value)
+        rig.clock.tick()
+        rig.truth += 100.0
+        rig.read()
+    rig.run(100.0, 3.0)
+
+
+def coarse_steps_read_often(rig: Rig) -> None:
+    """70 J steps every 100 ms; a read every 10 ms, and 8 window clients reading 1 ms apart."""
+    rig.read()
+    for ms in range(1, 10_001):
+        rig.clock.tick(0.001)
+        if ms % 100 == 50:
+            rig.tree.advance(ENTRY, 70.0)
+            rig.truth += 70.0
+        if ms % 10 == 0 or ms % 10 in range(1, 9):
+            rig.read()
+
+
+@pytest.mark.parametrize(
+    ("scenario", "exact", "kinds"),
+    [
+        (plain_wrap, True, set()),
+        (wrap_near_the_maximum, True, set()),
+        (reset_after_vanish, False, {"reset"}),
+        (backwards_after_unreadable, False, {"reset"}),
+        (garbage_then_zero, False, {"garbage", "reset"}),
+        (coarse_steps_read_often, True, set()),
+    ],
+    ids=[
+        "a plain wrap is counted exactly",
+        "a wrap near the real maximum is counted exactly",
+        "a zone that vanished and came back reset counts as a reset and invents no energy",
+        "a counter gone backwards after an unreadable stretch invents no energy",
+        "a garbage 2^64-1 then 0 invents no energy",
+        "coarse 70 J steps read every few ms lose nothing",
+    ],
+)
+def test_counter_fault(
+    roots: Roots, powercap: PowercapTree, clock: FakeClock, scenario: Callable[[Rig], None], exact: bool, kinds: set[str]
+) -> None:
+    powercap.add(ENTRY, "package-0")
+    meter = EnergyMeter(open_sources(("rapl_sysfs",), {}, roots, clock).sources, clock=clock, rescan_seconds=1e9)
+    rig = Rig(powercap, clock, meter)
+    scenario(rig)
+    measured = rig.read()
+    got = {kind for (_, zone, kind) in meter.anomalies if zone == "package-0"}
+    assert got == kinds
+    assert measured <= rig.truth + 1e-6  # never invented
+    if exact:
+        assert measured == pytest.approx(rig.truth, abs=1e-6)
+    else:  # dropped, and every dropped second exported
+        assert sum(meter.discarded_seconds.values()) > 0
+    if scenario is coarse_steps_read_often:
+        assert rig.truth - measured <= 70.0
+
+
+def test_window_traffic_drops_no_energy_of_a_coarse_counter(roots: Roots, powercap: PowercapTree, clock: FakeClock) -> None:
+    """8 clients opening and closing windows between samples: 70 J steps every 100 ms all count."""
+    powercap.add(ENTRY, "package-0")
+    s = Sampler(
+        replace(AgentConfig(), roots=roots, sources=SourcesConfig(order=("rapl_sysfs",))),
+        open_sources(("rapl_sysfs",), {}, roots, clock).sources,
+        node="n1",
+        clock=clock,
+    )
+    s.sample()
+    truth = 0.0
+    windows: list[str] = []
+    for ms in range(1, 5_001):
+        clock.tick(0.001)
+        if ms % 100 == 50:
+            powercap.advance(ENTRY, 70.0)
+            truth += 70.0
+        if ms % 1000 == 0:
+            s.sample()
+        elif len(windows) < 8:
+            windows.append(s.open_window().id)
+        else:
+            s.close_window(windows.pop(0))
+    snap = s.sample()
+    counted = next(z.joules_total for z in snap.zones if z.zone == "package-0")
+    assert counted == pytest.approx(truth, abs=1e-6)
+    assert snap.anomalies == ()
