@@ -214,6 +214,12 @@ class VerbEndpoint:
             ev = last.evaluation
             unknown = len(ev.known) - int(np.count_nonzero(ev.known))
             stale = int(np.count_nonzero(ev.known)) - int(np.count_nonzero(ev.fresh))
+            invalid = last.snapshot.invalid
+            if unknown and invalid:  # left out for a non-finite or out-of-range sample
+                bad = sum(1 for name, row in zip(last.args.node_names, last.rows.tolist(), strict=True) if row < 0 and name in invalid)
+                if bad:
+                    m.neutral.labels("invalid").inc(bad)
+                    unknown -= bad
             if unknown:
                 m.neutral.labels("unknown").inc(unknown)
             if stale:

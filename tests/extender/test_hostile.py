@@ -183,14 +183,14 @@ def sample(name: str, value: str, **labels: str) -> dict[str, Any]:
     return {"metric": {"__name__": name, **labels}, "value": [1.0, value]}
 
 
-def good_node(node: str) -> list[dict[str, Any]]:
+def good_node(node: str, site: str = "north") -> list[dict[str, Any]]:
     return [
         sample(m.NODE_CPU_CORES.name, "64", node=node),
         sample(m.NODE_CPU_UTILISATION.name, "0.25", node=node),
         sample(m.MODEL_IDLE.name, "60", node=node, device="cpu"),
         sample(m.MODEL_PER_CORE.name, "3", node=node, device="cpu"),
         sample(m.NODE_PLATFORM_POWER.name, "108", node=node),
-        sample(m.NODE_INFO.name, "1", node=node, site="north"),
+        sample(m.NODE_INFO.name, "1", node=node, site=site),
     ]
 
 
@@ -223,7 +223,7 @@ def test_a_bad_prometheus_sample_never_breaks_profiles(name: str, value: str, la
 
     from joulesched.policy.profile import NodeArrays
 
-    values = good_node("bad") + good_node("good")
+    values = good_node("bad") + good_node("good", site="south")
     site_level = "site" in labels
     values.append(sample(name, value, **labels) if site_level else sample(name, value, node="bad", **labels))
     measured = [{"metric": {"node": "bad"}, "value": [1.0, "NaN"]}, {"metric": {"node": "good"}, "value": [1.0, "1.0"]}]
@@ -246,3 +246,38 @@ def test_a_bad_prometheus_sample_never_breaks_profiles(name: str, value: str, la
             assert math.isfinite(p.gpus.max_watts) and math.isfinite(p.gpus.idle_watts)
             assert 0 <= p.gpus.utilisation <= 1
     assert any("bad" in line for line in skipped) or "bad" in names
+
+
+def test_a_node_with_a_nan_sample_scores_neutral_and_is_counted(make_app) -> None:  # type: ignore[no-untyped-def]
+    from prometheus_client import CollectorRegistry
+
+    from joulesched.extender.app import create_app
+    from joulesched.extender.config import parse_config
+    from joulesched.extender.metrics import ExtenderMetrics
+    from joulesched.extender.profiles import Snapshot, _profiles_from_samples
+    from joulesched.policy.profile import NodeArrays
+    from tests.support import Clock
+
+    values = good_node("bad") + good_node("good") + good_node("other")
+    values[1] = sample(m.NODE_CPU_UTILISATION.name, "NaN", node="bad")
+    profiles, _, invalid = _profiles_from_samples(values, [])
+    assert invalid == {"bad"}
+    clock = Clock()
+
+    class Source:
+        name = "prometheus"
+        errors = 0
+
+        def snapshot(self) -> Snapshot:
+            return Snapshot(profiles, NodeArrays.build(profiles.nodes), clock(), 1, "", {}, invalid)
+
+    metrics = ExtenderMetrics(CollectorRegistry())
+    config = parse_config({"profiles": {"file": {"path": "/nonexistent"}}}, "test")
+    app = create_app(config, source=Source(), metrics=metrics, clock=clock, background=False)
+    c = app.test_client()
+    status, reply = post(c, "prioritize", {"Pod": make_pod("2"), "NodeNames": ["bad", "good", "other"]})
+    assert status == 200, reply
+    neutral = config.policy.neutral_score
+    assert reply[0]["Score"] == neutral
+    text = c.get("/metrics").data.decode()
+    assert 'joulesched_extender_neutral_scores_total{reason="invalid"} 1.0' in text
