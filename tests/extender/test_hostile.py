@@ -281,3 +281,59 @@ def test_a_node_with_a_nan_sample_scores_neutral_and_is_counted(make_app) -> Non
     assert reply[0]["Score"] == neutral
     text = c.get("/metrics").data.decode()
     assert 'joulesched_extender_neutral_scores_total{reason="invalid"} 1.0' in text
+
+
+def test_a_bug_in_a_flask_route_is_a_counted_json_500(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    ext = app.extensions["joulesched"]["extender"]
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    ext.source.snapshot = broken
+    c = app.test_client()
+    reply = c.get("/readyz")
+    assert reply.status_code == 500 and orjson.loads(reply.data)["Error"].startswith("internal error")
+    text = c.get("/metrics").data.decode()
+    assert 'joulesched_extender_failures_total{reason="internal",verb="other"} 1.0' in text
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+hostile_numbers = st.sampled_from(["1e309", "-1e309", "NaN", "Infinity", "18446744073709551616", "1e400", "9" * 300])
+hostile_quantities = st.one_of(
+    st.sampled_from(["1e309", "1e1000000", "inf", "nan", "1e30", "2e6", "1Ei", "-0", "1" * 70, ".5e-1000000"]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.text(alphabet="0123456789.eE+-kKMGTPEimun ", max_size=80),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    verb=st.sampled_from(["filter", "prioritize", "explain", "preempt"]),
+    resource=st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]),
+    quantity=hostile_quantities,
+    raw=st.none() | hostile_numbers,
+)
+def test_hostile_quantities_are_answered_200_or_400_and_never_poison(
+    client: FlaskClient, verb: str, resource: str, quantity: object, raw: str | None
+) -> None:
+    pod = make_pod("1", uid="fuzzed")
+    pod["spec"]["containers"][0]["resources"]["requests"][resource] = "RAW" if raw else quantity
+    doc: dict[str, Any] = {"Pod": pod}
+    if verb == "preempt":
+        doc["NodeNameToMetaVictims"] = {n: {"Pods": []} for n in NODES}
+    else:
+        doc["NodeNames"] = NODES
+    body = orjson.dumps(doc)
+    if raw:
+        body = body.replace(b'"RAW"', raw.encode())
+    reply = client.post(f"/scheduler/{verb}", data=body, content_type="application/json")
+    assert reply.status_code in (200, 400), reply.data
+    orjson.loads(reply.data)
+    ledger = client.application.extensions["joulesched"]["extender"].predicted
+    for uid in ("fuzzed",):
+        placement = ledger.placement(uid)
+        assert placement is None or (0 <= placement.cores <= 1e6 and 0 <= placement.gpus <= 1e4)
