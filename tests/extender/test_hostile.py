@@ -337,3 +337,15 @@ def test_hostile_quantities_are_answered_200_or_400_and_never_poison(
     for uid in ("fuzzed",):
         placement = ledger.placement(uid)
         assert placement is None or (0 <= placement.cores <= 1e6 and 0 <= placement.gpus <= 1e4)
+
+
+def test_node_gauges_are_written_only_for_profiled_nodes(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, metrics = make_app()
+    c = app.test_client()
+    names = ["efficient"] + [f"made-up-{i}" for i in range(300)]
+    status, _ = post(c, "prioritize", {"Pod": make_pod(), "NodeNames": names})
+    assert status == 200
+    app.extensions["joulesched"]["gauges"].write_once()
+    text = c.get("/metrics").data.decode()
+    assert 'joulesched_extender_node_score{node="efficient"}' in text
+    assert "made-up-" not in text
