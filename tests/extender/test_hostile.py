@@ -340,7 +340,7 @@ def test_hostile_quantities_are_answered_200_or_400_and_never_poison(
 
 
 def test_node_gauges_are_written_only_for_profiled_nodes(make_app) -> None:  # type: ignore[no-untyped-def]
-    app, metrics = make_app()
+    app, _ = make_app()
     c = app.test_client()
     names = ["efficient"] + [f"made-up-{i}" for i in range(300)]
     status, _ = post(c, "prioritize", {"Pod": make_pod(), "NodeNames": names})
