@@ -170,7 +170,7 @@ EXT_NODE_SCORE = _m("extender_node_score", "gauge", "Last score given to the nod
 EXT_MARGINAL_WATTS = _m("extender_node_marginal_watts", "gauge", "Last estimated marginal watts of a pod on the node.", L_NODE)
 EXT_DATA_AGE = _m("extender_profile_age_seconds", "gauge", "Age of the node profiles used for scoring.")
 EXT_NEUTRAL = _m(
-    "extender_neutral_scores_total", "counter", "Nodes given the neutral score, by why (unknown, stale).", L_REASON
+    "extender_neutral_scores_total", "counter", "Nodes given the neutral score, by why (unknown, stale, invalid: a profile sample not finite or out of range).", L_REASON
 )
 EXT_SOURCE_ERRORS = _m("extender_profile_source_errors_total", "counter", "Failed refreshes of the profile source.", L_SOURCE)
 EXT_PREDICTED_PODS = _m("extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured).")

@@ -28,6 +28,7 @@ from flask import Flask, Response, request
 from joulesched.extender import wire
 from joulesched.extender.config import ExtenderConfig
 from joulesched.extender.errors import BindDisabled, WireError
+from joulesched.extender.logsafe import RateLimitedLog, escape
 from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter
 from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
@@ -98,7 +99,8 @@ def create_app(
 
             NodeServerWatch(config.kubeconfig, config.server_id_label, ext).start()
 
-    app = Flask("joulesched-extender")
+    # static_folder=None: no implicit /static route serving files from the working directory
+    app = Flask("joulesched-extender", static_folder=None)
     app.extensions["joulesched"] = {"extender": ext, "metrics": metrics, "gauges": gauges, "config": config}
     prefix = config.prefix.rstrip("/")
     endpoint = VerbEndpoint(ext, metrics, source, config.max_request_bytes)
@@ -131,6 +133,12 @@ def create_app(
     def not_allowed(err: Exception) -> Response:
         return _json({"Error": f"{request.method} is not allowed on {request.path}"}, 405)
 
+    @app.errorhandler(500)
+    def internal(err: Exception) -> Response:  # a bug in a Flask route: JSON and counted, like the verbs'
+        cause = getattr(err, "original_exception", None) or err
+        status, body = endpoint.fail("other", 500, "internal", f"internal error: {type(cause).__name__}")
+        return Response(body, status, mimetype=JSON)
+
     app.wsgi_app = VerbFastPath(app.wsgi_app, prefix, endpoint)  # type: ignore[method-assign]
     return app
 
@@ -154,6 +162,7 @@ class VerbEndpoint:
             "explain": ext.explain,
         }
         self._source_errors_seen = 0
+        self.bad_request_log = RateLimitedLog(log)
         # The labelled children of the success path, looked up once: labels() costs more than
         # a 100-node policy evaluation.
         self._ok = {verb: (metrics.requests.labels(verb, "200"), metrics.latency.labels(verb)) for verb in self.handlers}
@@ -175,15 +184,19 @@ class VerbEndpoint:
             return self.fail(verb, 413, "too_large", f"request body over max_request_bytes ({self.max_bytes})")
         try:
             result = handler(body)
+            # serialised inside the error path: a reply orjson cannot write is a counted 500
+            payload = result if isinstance(result, wire.Encoded) else orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
         except (WireError, PolicyError) as err:
-            log.info("%s: bad request: %s", verb, err)
+            self.bad_request_log.log(logging.INFO, f"{verb}:bad_request", "%s: bad request: %s", verb, str(err))
             return self.fail(verb, 400, "bad_request", str(err))
+        except RecursionError:  # a document nested deeper than any Kubernetes object is
+            self.bad_request_log.log(logging.INFO, f"{verb}:too_deep", "%s: bad request: nested too deeply", verb)
+            return self.fail(verb, 400, "bad_request", "request body is nested too deeply")
         except BindDisabled as err:
             return self.fail(verb, 404, "bind_disabled", str(err))
         except Exception as err:  # never a crashed worker: a 500 with the cause, and counted
             log.exception("%s: internal error", verb)
-            return self.fail(verb, 500, "internal", f"internal error: {type(err).__name__}: {err}")
-        payload = orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+            return self.fail(verb, 500, "internal", f"internal error: {type(err).__name__}: {escape(str(err))}")
         self._count(verb, time.perf_counter() - started)
         return 200, payload
 
@@ -201,6 +214,12 @@ class VerbEndpoint:
             ev = last.evaluation
             unknown = len(ev.known) - int(np.count_nonzero(ev.known))
             stale = int(np.count_nonzero(ev.known)) - int(np.count_nonzero(ev.fresh))
+            invalid = last.snapshot.invalid
+            if unknown and invalid:  # left out for a non-finite or out-of-range sample
+                bad = sum(1 for name, row in zip(last.args.node_names, last.rows.tolist(), strict=True) if row < 0 and name in invalid)
+                if bad:
+                    m.neutral.labels("invalid").inc(bad)
+                    unknown -= bad
             if unknown:
                 m.neutral.labels("unknown").inc(unknown)
             if stale:
@@ -236,7 +255,11 @@ class VerbFastPath:
         except ValueError:
             length = None
         stream = environ["wsgi.input"]
-        status, body = self.endpoint(path[len(self.verb_prefix) :], length, stream.read)
+        try:
+            status, body = self.endpoint(path[len(self.verb_prefix) :], length, stream.read)
+        except Exception as err:  # reading the body, counting: still a JSON 500, never gunicorn's HTML
+            log.exception("internal error outside a verb")
+            status, body = self.endpoint.fail("other", 500, "internal", f"internal error: {type(err).__name__}")
         start_response(_REASONS.get(status, f"{status} Error"), [("Content-Type", JSON), ("Content-Length", str(len(body)))])
         return [body]
 

@@ -7,7 +7,8 @@ before the workers start, plus the ``child_exit`` hook in ``extender/gunicorn_co
 process) the metrics live in the registry passed in.
 
 Per-node gauges (last score, marginal watts) are written by a background thread once a
-second from the last decision, never on the request path: for 5,000 nodes that is thousands
+second from the last decision, only for nodes that have a profile (a request naming a million
+unknown nodes creates no series), never on the request path: for 5,000 nodes that is thousands
 of label look-ups that a scheduling request should not wait for.
 """
 
@@ -123,9 +124,12 @@ class NodeGaugeWriter:
         snap = decision.snapshot
         scores = ev.scores.tolist()
         marginal = ev.marginal_watts.tolist()
+        known = decision.rows.tolist()
         written = self._written
         budget = self.NEW_PER_TICK
-        for name, score, watts in zip(names, scores, marginal, strict=True):
+        for name, score, watts, row in zip(names, scores, marginal, known, strict=True):
+            if row < 0:  # no profile: a name only the request knows makes no series (bounded cardinality)
+                continue
             entry = written.get(name)
             if entry is None:
                 if budget == 0:  # the rest come with the next ticks: never a long GIL hold

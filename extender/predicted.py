@@ -10,11 +10,14 @@ A pod is keyed by UID, so a retried pod moves instead of counting twice.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
+from joulesched.policy.demand import MAX_CPU_CORES, MAX_GPUS
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class PredictedLoad:
     def record(self, uid: str, node: str, cores: float, gpus: float, at: float, *, confirmed: bool) -> None:
         if not uid or self.ttl <= 0:
             return
+        if not (0 <= cores <= MAX_CPU_CORES and 0 <= gpus <= MAX_GPUS and math.isfinite(at)):
+            return  # NaN fails every comparison: only finite, physical loads enter the ledger
         with self._lock:
             old = self._pods.get(uid)
             if old is not None and old.confirmed and not confirmed:

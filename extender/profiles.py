@@ -10,6 +10,7 @@ the first load of a ``file`` source, at start, where an operator sees them.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ import yaml
 from cachetools import TTLCache
 
 from joulesched.contracts import names as m
+from joulesched.extender.logsafe import escape
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.profile import GpuProfile, NodeArrays, NodeProfile, ProfileSet, Site, linear_curve
 
@@ -41,6 +43,8 @@ class Snapshot:
     error: str = ""  # the last refresh's failure, if it failed
     # observed mean CPU cores per pod of an owner: (namespace, kind, name) -> cores
     owner_cores: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    # nodes left out because a sample of theirs was not a number or out of range (neutral)
+    invalid: frozenset[str] = frozenset()
 
     @property
     def ready(self) -> bool:
@@ -154,33 +158,88 @@ def profile_queries() -> tuple[str, str]:
     return values, measured
 
 
+# The physical range of each gauge the profiles are built from (inclusive). A sample outside
+# it — NaN, an infinity, a negative power, a utilisation over 1, a PUE under 1 — is not used:
+# its node (or every node of its site) is left out and scores neutral, never a guess.
+_MAX_WATTS = 1e6
+_RANGES: dict[str, tuple[float, float]] = {
+    m.NODE_CPU_CORES.name: (1e-3, 1e6),
+    m.NODE_CPU_UTILISATION.name: (0.0, 1.0),
+    m.MODEL_IDLE.name: (0.0, _MAX_WATTS),
+    m.MODEL_PER_CORE.name: (0.0, _MAX_WATTS),
+    m.NODE_PLATFORM_POWER.name: (0.0, _MAX_WATTS),
+    m.NODE_SPEED.name: (1e-3, 1e3),
+    m.NODE_POWER_CAP.name: (1e-3, _MAX_WATTS),
+    m.NODE_GPU_COUNT.name: (0.0, 1e4),
+    m.NODE_GPU_MAX.name: (0.0, _MAX_WATTS),
+    m.NODE_GPU_UTILISATION.name: (0.0, 1.0),
+    m.SITE_PUE.name: (1.0, 10.0),
+    m.SITE_CARBON.name: (0.0, 1e5),
+    m.SITE_WUE.name: (0.0, 1e3),
+    m.SITE_RENEWABLE.name: (0.0, 1.0),
+    m.OWNER_CPU_CORES.name: (0.0, 1e6),
+}
+_SITE_NAMES = frozenset(g.name for g in _SITE_GAUGES)
+
+
+def sample_value(sample: Mapping[str, Any]) -> float:
+    """The value of one instant-query sample; NaN where it is missing or not a number."""
+    try:
+        return float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return math.nan
+
+
+def in_range(name: str, value: float) -> bool:
+    low, high = _RANGES.get(name, (-math.inf, math.inf))
+    return math.isfinite(value) and low <= value <= high
+
+
 def owner_cores_from_samples(values: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
-    """Observed CPU cores per pod of each owner, from the same query results."""
+    """Observed CPU cores per pod of each owner, from the same query results (finite, in range)."""
     owners: dict[tuple[str, str, str], float] = {}
     for sample in values:
         labels = sample.get("metric", {})
         if labels.get("__name__") == m.OWNER_CPU_CORES.name:
+            value = sample_value(sample)
+            if not in_range(m.OWNER_CPU_CORES.name, value):
+                continue
             key = (labels.get(m.L_NAMESPACE, ""), labels.get(m.L_OWNER_KIND, ""), labels.get(m.L_OWNER, ""))
-            owners[key] = max(owners.get(key, 0.0), float(sample["value"][1]))
+            owners[key] = max(owners.get(key, 0.0), value)
     return owners
 
 
 def profiles_from_samples(values: list[dict[str, Any]], measured: list[dict[str, Any]]) -> tuple[ProfileSet, list[str]]:
     """Build profiles from Prometheus instant-query results; nodes lacking a model are skipped.
 
-    Returns the profiles and one line per skipped node saying what it lacked.
+    Returns the profiles and one line per skipped node saying what it lacked. A node with a
+    sample that is not finite or out of its physical range (see ``_RANGES``), or at a site
+    with one, is skipped too (``Snapshot.invalid`` names them, for the neutral-score metric).
     """
+    profiles, skipped, _ = _profiles_from_samples(values, measured)
+    return profiles, skipped
+
+
+def _profiles_from_samples(
+    values: list[dict[str, Any]], measured: list[dict[str, Any]]
+) -> tuple[ProfileSet, list[str], frozenset[str]]:
     by_node: dict[str, dict[str, float]] = defaultdict(dict)
     info: dict[str, dict[str, str]] = {}
     sites: dict[str, dict[str, float]] = defaultdict(dict)
+    bad_nodes: dict[str, str] = {}
+    bad_sites: dict[str, str] = {}
     for sample in values:
         labels = sample.get("metric", {})
         name = labels.get("__name__", "")
-        value = float(sample["value"][1])
         if name == m.OWNER_CPU_CORES.name:
             continue
-        if name in {g.name for g in _SITE_GAUGES}:
+        value = sample_value(sample)
+        valid = name == m.NODE_INFO.name or in_range(name, value)
+        if name in _SITE_NAMES:
             if m.L_SITE in labels:
+                if not valid:
+                    bad_sites.setdefault(labels[m.L_SITE], f"{name} = {value!r}")
+                    continue
                 sites[labels[m.L_SITE]][name] = value
             continue
         node = labels.get(m.L_NODE)
@@ -189,10 +248,20 @@ def profiles_from_samples(values: list[dict[str, Any]], measured: list[dict[str,
         if name == m.NODE_INFO.name:
             info[node] = {"site": labels.get(m.L_SITE, ""), "server_id": labels.get(m.L_SERVER_ID, "")}
             continue
+        if not valid:
+            bad_nodes.setdefault(node, f"{name} = {value!r}")
+            continue
         device = labels.get(m.L_DEVICE)
         key = f"{name}:{device}" if device else name
         by_node[node][key] = by_node[node].get(key, 0.0) + value if name == m.NODE_PLATFORM_POWER.name else value
-    updated = {s["metric"].get(m.L_NODE, ""): float(s["value"][1]) for s in measured}
+    updated: dict[str, float] = {}
+    for s in measured:
+        node = s.get("metric", {}).get(m.L_NODE, "")
+        at = sample_value(s)
+        if math.isfinite(at) and at >= 0:
+            updated[node] = at
+        else:
+            bad_nodes.setdefault(node, f"measurement time = {at!r}")
 
     site_objs = {
         name: Site(
@@ -206,15 +275,19 @@ def profiles_from_samples(values: list[dict[str, Any]], measured: list[dict[str,
     }
     nodes: list[NodeProfile] = []
     skipped: list[str] = []
-    for node in sorted(by_node):
+    for node in sorted(by_node.keys() | bad_nodes.keys()):
         v = by_node[node]
+        site_name = info.get(node, {}).get("site", "")
+        if node in bad_nodes or site_name in bad_sites:
+            why = bad_nodes.get(node) or f"site {site_name}: {bad_sites[site_name]}"
+            skipped.append(f"{node}: not a finite value in range: {why}")
+            continue
         cores = v.get(m.NODE_CPU_CORES.name)
         idle = v.get(f"{m.MODEL_IDLE.name}:cpu")
         per_core = v.get(f"{m.MODEL_PER_CORE.name}:cpu")
         if cores is None or cores <= 0 or idle is None or per_core is None:
             skipped.append(f"{node}: no fitted power model or core count yet")
             continue
-        site_name = info.get(node, {}).get("site", "")
         site = site_objs.get(site_name, Site(site_name))
         gpus = None
         gpu_count = int(v.get(m.NODE_GPU_COUNT.name, 0))
@@ -239,7 +312,8 @@ def profiles_from_samples(values: list[dict[str, Any]], measured: list[dict[str,
                 server_id=info.get(node, {}).get("server_id", ""),
             )
         )
-    return ProfileSet(tuple(nodes), site_objs), skipped
+    invalid = frozenset(n for n in by_node.keys() | bad_nodes.keys() if n in bad_nodes or info.get(n, {}).get("site", "") in bad_sites)
+    return ProfileSet(tuple(nodes), site_objs), skipped, invalid
 
 
 class PrometheusSource:
@@ -303,7 +377,7 @@ class PrometheusSource:
             params = {"timeout": f"{max(1, round(self._timeout * 1000))}ms"}
             values = self._client.custom_query(values_q, params=params, timeout=self._timeout)
             measured = self._client.custom_query(measured_q, params=params, timeout=self._timeout)
-            profiles, skipped = profiles_from_samples(values, measured)
+            profiles, skipped, invalid = _profiles_from_samples(values, measured)
             owners = owner_cores_from_samples(values)
         except Exception as err:  # the client raises many types; none may reach the scheduler
             self.errors += 1
@@ -317,6 +391,10 @@ class PrometheusSource:
         for line in skipped:
             if line not in self._warned:
                 self._warned.add(line)
-                log.info("neutral score until measured: %s", line)
-        self._last = Snapshot(profiles, NodeArrays.build(profiles.nodes), self.clock(), self._last.version + 1, "", owners)
+                log.info("neutral score until measured: %s", escape(line))
+        if len(self._warned) > 10_000:
+            self._warned.clear()  # lines carry values: bounded, at the price of an occasional repeat
+        self._last = Snapshot(
+            profiles, NodeArrays.build(profiles.nodes), self.clock(), self._last.version + 1, "", owners, invalid
+        )
         return self._last

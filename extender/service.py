@@ -16,9 +16,11 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
+import orjson
 
 from joulesched.extender import wire
 from joulesched.extender.errors import BindDisabled
+from joulesched.extender.logsafe import escape
 from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.profiles import ProfileSource, Snapshot
 from joulesched.policy.config import PolicyConfig
@@ -149,7 +151,7 @@ class Extender:
 
     # -- verbs ----------------------------------------------------------------------------------
 
-    def filter(self, body: bytes) -> dict[str, Any]:
+    def filter(self, body: bytes) -> dict[str, Any] | wire.Encoded:
         args = wire.parse_extender_args(body)
         d = self.decide(args)
         failed = d.evaluation.failed
@@ -157,7 +159,16 @@ class Extender:
         unresolvable = {
             args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed).tolist()
         }
-        return wire.filter_result(args, passed, {}, unresolvable)
+        result: dict[str, Any] | wire.Encoded = wire.filter_result(args, passed, {}, unresolvable)
+        if args.nodes is not None:
+            try:
+                result = wire.Encoded(orjson.dumps(result))
+            except orjson.JSONEncodeError:
+                error = wire.nesting_error(args.nodes, "ExtenderArgs.Nodes.items")
+                if error is None:
+                    raise
+                raise error from None
+        return result
 
     def prioritize(self, body: bytes) -> list[dict[str, Any]]:
         args = wire.parse_extender_args(body)
@@ -187,7 +198,9 @@ class Extender:
         try:
             self.binder(bargs)
         except Exception as err:  # the API's answer goes back to kube-scheduler in Error
-            log.warning("bind %s/%s to %s failed: %s", bargs.pod_namespace, bargs.pod_name, bargs.node, err)
+            log.warning(
+                "bind %s/%s to %s failed: %s", escape(bargs.pod_namespace), escape(bargs.pod_name), escape(bargs.node), escape(str(err))
+            )
             return {"Error": f"binding {bargs.pod_namespace}/{bargs.pod_name} to {bargs.node}: {err}"}
         last = self.last
         cores = gpus = 0.0

@@ -41,6 +41,10 @@ MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
 
 
+class Encoded(bytes):
+    """A reply already serialised (the HTTP layer sends it as it is)."""
+
+
 def decode(body: bytes) -> Any:
     if not body:
         raise WireError("empty request body: expected a JSON object")
@@ -83,7 +87,22 @@ def _pod(doc: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     meta = pod.get("metadata")
     if meta is not None and not isinstance(meta, Mapping):
         raise WireError(f"{where}.Pod.metadata: must be a JSON object, got {_kind(meta)}")
+    if meta:
+        for key in ("name", "namespace", "uid"):
+            value = meta.get(key)
+            if value is not None and not isinstance(value, str):
+                raise WireError(f"{where}.Pod.metadata.{key}: must be a string, got {_kind(value)}")
     return pod
+
+
+def nesting_error(items: list[Any], where: str) -> WireError | None:
+    """The first of ``items`` that orjson cannot write back (nested past its 255 levels), named."""
+    for i, item in enumerate(items):
+        try:
+            orjson.dumps(item)
+        except orjson.JSONEncodeError as err:
+            return WireError(f"{where}[{i}]: cannot be echoed back: {err}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -242,4 +261,9 @@ def preemption_result(victims: dict[str, tuple[list[str], int]]) -> dict[str, An
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     """(namespace, name, uid) of a v1.Pod document; empty strings where absent."""
     meta = pod.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
+
+    def text(key: str) -> str:
+        value = meta.get(key)
+        return value if isinstance(value, str) else ""  # the parsers reject other types
+
+    return (text("namespace"), text("name"), text("uid"))

@@ -9,10 +9,11 @@ scored as kube-scheduler scores it, with the default non-zero request of 100 mil
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 from typing import Any
 
 from joulesched.policy.errors import PolicyError
@@ -39,34 +40,63 @@ _SUFFIX = {
     "Pi": Decimal(2**50),
     "Ei": Decimal(2**60),
 }
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+# No nested or overlapping quantifiers: every character has one way to match, so matching is
+# linear in the length (which is capped anyway: the apiserver rejects absurd quantities).
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+MAX_QUANTITY_CHARS = 64  # "123456789012345678.123456789012345678e-123Ki" is 44; anything longer is not a request
+
+# Physical bounds on what one pod may ask for: past these a number is an attack or a bug, and
+# a float that large (or infinite) would poison every sum and curve it enters.
+MAX_CPU_CORES = 1e6
+MAX_MEMORY_BYTES = float(2**50)  # 1 PiB
+MAX_GPUS = 1e4
+MAX_RUNTIME_SECONDS = 10 * 365 * 86400.0
+_BOUNDS = {"cpu": MAX_CPU_CORES, "memory": MAX_MEMORY_BYTES, GPU_RESOURCE: MAX_GPUS}
 
 
 class QuantityError(PolicyError):
-    """A resource quantity is not in Kubernetes' quantity syntax."""
+    """A resource quantity is not in Kubernetes' quantity syntax, or is not physically possible."""
 
 
-def parse_quantity(value: Any, where: str) -> float:
-    """Parse a Kubernetes resource quantity (``"500m"``, ``"2"``, ``"1Gi"``, ``"1e3"``, 4)."""
+def short(value: Any, limit: int = 40) -> str:
+    """A bounded, escaped ``repr`` of a value from a request, for error messages."""
+    if isinstance(value, (Mapping, list)):
+        return f"a JSON {'object' if isinstance(value, Mapping) else 'array'}"
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + f"... ({len(value)} characters)"
+    return repr(value)
+
+
+def parse_quantity(value: Any, where: str, maximum: float = math.inf) -> float:
+    """Parse a Kubernetes resource quantity (``"500m"``, ``"2"``, ``"1Gi"``, ``"1e3"``, 4).
+
+    The result is finite, not negative and at most ``maximum``; anything else is a
+    :class:`QuantityError` naming ``where``.
+    """
     if isinstance(value, bool):
         raise QuantityError(f"{where}: must be a quantity, got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise QuantityError(f"{where}: must not be negative, got {value!r}")
-        return float(value)
-    if not isinstance(value, str):
+        result = float(value)
+    elif isinstance(value, str):
+        if len(value) > MAX_QUANTITY_CHARS:
+            raise QuantityError(f"{where}: a quantity of {len(value)} characters is not a Kubernetes quantity")
+        match = _QUANTITY.match(value.strip())
+        if match is None:
+            raise QuantityError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
+        number, suffix = match.groups()
+        try:
+            result = float(Decimal(number) * _SUFFIX[suffix or ""])
+        except (DecimalException, OverflowError) as err:
+            raise QuantityError(f"{where}: {value!r} is out of range") from err
+    else:
         raise QuantityError(f"{where}: must be a quantity string, got {type(value).__name__}")
-    match = _QUANTITY.match(value.strip())
-    if match is None:
-        raise QuantityError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
-    number, suffix = match.groups()
-    try:
-        result = Decimal(number) * _SUFFIX[suffix or ""]
-    except InvalidOperation as err:  # pragma: no cover - the regex admits only valid decimals
-        raise QuantityError(f"{where}: {value!r} is not a number") from err
+    if not math.isfinite(result):
+        raise QuantityError(f"{where}: must be a finite quantity, got {short(value)}")
     if result < 0:
-        raise QuantityError(f"{where}: must not be negative, got {value!r}")
-    return float(result)
+        raise QuantityError(f"{where}: must not be negative, got {short(value)}")
+    if result > maximum:
+        raise QuantityError(f"{where}: {short(value)} is over the physical maximum of {maximum:g}")
+    return result
 
 
 @dataclass(frozen=True)
@@ -102,9 +132,9 @@ def _container_requests(container: Any, where: str) -> tuple[float, float, float
         # kube-apiserver defaults a missing request to the limit; do the same for pods that
         # reach us without defaulting (e.g. in tests and the simulator).
         if name in requests:
-            return parse_quantity(requests[name], f"{where}.resources.requests[{name}]")
+            return parse_quantity(requests[name], f"{where}.resources.requests[{name}]", _BOUNDS[name])
         if name in limits:
-            return parse_quantity(limits[name], f"{where}.resources.limits[{name}]")
+            return parse_quantity(limits[name], f"{where}.resources.limits[{name}]", _BOUNDS[name])
         return 0.0
 
     return get("cpu"), get("memory"), get(GPU_RESOURCE)
@@ -146,9 +176,13 @@ def demand_from_pod(pod: Mapping[str, Any]) -> PodDemand:
     if not isinstance(overhead, Mapping):
         raise PolicyError("Pod.spec.overhead: must be an object")
     if "cpu" in overhead:
-        cpu += parse_quantity(overhead["cpu"], "Pod.spec.overhead[cpu]")
+        cpu += parse_quantity(overhead["cpu"], "Pod.spec.overhead[cpu]", MAX_CPU_CORES)
     if "memory" in overhead:
-        mem += parse_quantity(overhead["memory"], "Pod.spec.overhead[memory]")
+        mem += parse_quantity(overhead["memory"], "Pod.spec.overhead[memory]", MAX_MEMORY_BYTES)
+    # Each quantity is bounded; so is their sum (many containers at the maximum).
+    for total, bound, name in ((cpu, MAX_CPU_CORES, "cpu"), (mem, MAX_MEMORY_BYTES, "memory"), (gpu, MAX_GPUS, GPU_RESOURCE)):
+        if total > bound:
+            raise QuantityError(f"Pod.spec: the pod's total {name} request ({total:g}) is over the physical maximum of {bound:g}")
     basis = "requests"
     if cpu == 0.0:
         cpu, basis = DEFAULT_MILLI_CPU_REQUEST / 1000.0, "default"
@@ -190,7 +224,9 @@ def _runtime(pod: Mapping[str, Any]) -> float | None:
     try:
         seconds = float(raw)
     except (TypeError, ValueError) as err:
-        raise PolicyError(f"Pod annotation {RUNTIME_ANNOTATION}: must be a number of seconds, got {raw!r}") from err
-    if not seconds > 0 or seconds == float("inf"):
-        raise PolicyError(f"Pod annotation {RUNTIME_ANNOTATION}: must be a positive number of seconds, got {raw!r}")
+        raise PolicyError(f"Pod annotation {RUNTIME_ANNOTATION}: must be a number of seconds, got {short(raw)}") from err
+    if not 0 < seconds <= MAX_RUNTIME_SECONDS:
+        raise PolicyError(
+            f"Pod annotation {RUNTIME_ANNOTATION}: must be a positive number of seconds up to {MAX_RUNTIME_SECONDS:g}, got {short(raw)}"
+        )
     return seconds

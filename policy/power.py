@@ -56,7 +56,9 @@ def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:
     """
     u = np.maximum(utilisation, 0.0)
     x = np.minimum(u, 1.0) * (CURVE_POINTS - 1)
-    lo = np.minimum(x.astype(np.intp), CURVE_POINTS - 2)
+    # fmax maps NaN to 0 for the index only (NaN cast to an integer is INT_MIN, an index far out
+    # of range); frac stays NaN, so a NaN utilisation still gives a NaN power, never a crash.
+    lo = np.minimum(np.fmax(x, 0.0).astype(np.intp), CURVE_POINTS - 2)
     frac = x - lo
     rows = np.arange(curve.shape[0])
     left = curve[rows, lo]

@@ -224,7 +224,7 @@ def test_node_gauges_are_created_a_few_per_tick_and_rewritten_only_when_they_cha
     def decision(scores: list[int]) -> SimpleNamespace:
         ev = SimpleNamespace(scores=np.array(scores), marginal_watts=np.array([1.5] * 5))
         snap = SimpleNamespace(ready=False)
-        return SimpleNamespace(evaluation=ev, args=SimpleNamespace(node_names=names), snapshot=snap, at=0.0)
+        return SimpleNamespace(evaluation=ev, args=SimpleNamespace(node_names=names), snapshot=snap, rows=np.arange(5), at=0.0)
 
     current = decision([10, 9, 8, 7, 6])
     writer = NodeGaugeWriter(metrics, lambda: current)
