@@ -9,8 +9,6 @@ where a missing prerequisite is a failure.
 from __future__ import annotations
 
 import http.server
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -21,19 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 import yaml
 
 from joulesched.contracts.net import free_port
+from tests import support
 
 
 def require(binary: str) -> str:
-    path = shutil.which(binary)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} is not installed (CI installs Debian's prometheus package in .ci/run)")
-        pytest.skip(f"{binary} is not installed (apt-get install prometheus)")
-    return path
+    return support.require(binary, "hack/test.sh installs Debian's prometheus package")
 
 
 class ExpositionServer:

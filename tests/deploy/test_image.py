@@ -10,8 +10,6 @@ agent image carries ipmitool and FreeIPMI.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -21,6 +19,7 @@ import pytest
 import yaml
 
 from joulesched.contracts.net import free_port
+from tests.support import require
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "e2e" / "testdata" / "extender_prioritize_args_nodecachecapable_true.json"
@@ -31,19 +30,10 @@ HUNGRY = [127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619]
 pytestmark = pytest.mark.slow
 
 
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is not installed (hack/test.sh installs podman, runc and mmdebstrap)")
-        pytest.skip(f"{name} is not installed (apt-get install podman runc mmdebstrap)")
-    return path
-
-
 @pytest.fixture(scope="module")
 def images() -> dict[str, str]:
-    tool("podman")
-    tool("mmdebstrap")
+    for binary in ("podman", "runc", "mmdebstrap"):
+        require(binary, "hack/test.sh installs podman, runc and mmdebstrap")
     done = subprocess.run(
         [str(ROOT / "hack" / "build-image.sh"), "--offline"], cwd=ROOT, capture_output=True, text=True, timeout=1200
     )

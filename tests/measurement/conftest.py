@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from joulesched.measurement.sources.base import Roots
+from tests.measurement.agent_server_support import Running, start
 from tests.measurement.fakes import FakeClock
 from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 
@@ -39,3 +41,21 @@ def proc(roots: Roots) -> ProcTree:
 @pytest.fixture
 def cgroup(roots: Roots) -> CgroupTree:
     return CgroupTree(Path(roots.cgroup), version=2, driver="systemd")
+
+
+@pytest.fixture
+def running(tmp_path: Path, clock: FakeClock) -> Iterator[Running]:
+    """An agent serving HTTP on loopback (no token)."""
+    r = start(tmp_path, clock)
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+
+
+@pytest.fixture
+def with_token(tmp_path: Path, clock: FakeClock) -> Iterator[Running]:
+    """An agent serving HTTP on loopback with a token (``s3cret``)."""
+    r = start(tmp_path, clock, token="s3cret")
+    yield r
+    r.server.shutdown()
+    r.server.server_close()

@@ -10,30 +10,11 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.measurement.fakes import FakeClock
-from tests.measurement.test_agent_server import Running, start
-
-
-@pytest.fixture
-def running(tmp_path: Path, clock: FakeClock) -> Iterator[Running]:
-    r = start(tmp_path, clock)
-    yield r
-    r.server.shutdown()
-    r.server.server_close()
-
-
-@pytest.fixture
-def with_token(tmp_path: Path, clock: FakeClock) -> Iterator[Running]:
-    r = start(tmp_path, clock, token="s3cret")
-    yield r
-    r.server.shutdown()
-    r.server.server_close()
-
+from tests.measurement.agent_server_support import Running
 
 _BUFFERS: dict[int, bytes] = {}  # bytes received past the last response, per socket
 
