@@ -37,11 +37,15 @@ log "installing joulesched[test] into .venv"
 .venv/bin/python -m pip install -q -e ".[test]"
 export PATH="$root/.venv/bin:$PATH"
 
-# 3. kube-apiserver, kube-scheduler and kubectl of the pinned release (cached outside the clone).
+# 3. kube-apiserver, kube-scheduler and kubectl of the pinned release, and the pinned helm
+#    (charts/joulesched), all cached outside the clone.
 if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || [ -n "${CI:-}" ]; then
   log "Kubernetes binaries"
   JOULESCHED_K8S_BIN_DIR=$(hack/build-k8s.sh | tail -n 1)
   export JOULESCHED_K8S_BIN_DIR
+  log "helm"
+  JOULESCHED_HELM="$(hack/build-helm.sh | tail -n 1)/helm"
+  export JOULESCHED_HELM
 fi
 
 # 4. Lint, types, tests.
