@@ -75,9 +75,22 @@ TMP_BIN="$VERSION_DIR/bin.tmp"
 rm -rf "$TMP_BIN"
 mkdir -p "$TMP_BIN"
 cd "$VERSION_DIR"
-# helm stamps its version through internal/version (as its Makefile does).
+# Stamp what helm's Makefile stamps: its version, and the default Kubernetes version of
+# `helm template`/`helm lint` (.Capabilities.KubeVersion without --kube-version), derived
+# from the k8s.io/client-go it requires (v0.N.M -> v1.N). Unstamped, that default is v1.20.
+HMOD=$("$GO" mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+CLIENT_GO=$(awk '$1=="k8s.io/client-go"{print $2; exit}' "$HMOD")
+if [[ ! "$CLIENT_GO" =~ ^v0\.([0-9]+)\. ]]; then
+  log "ERROR: no k8s.io/client-go v0.N.M in helm's go.mod ($HMOD)"
+  exit 1
+fi
+K8S_MINOR="${BASH_REMATCH[1]}"
 LDFLAGS="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 LDFLAGS+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  LDFLAGS+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$K8S_MINOR"
+done
+log "default Kubernetes version: v1.$K8S_MINOR (client-go $CLIENT_GO)"
 GOBIN="$TMP_BIN" "$GO" install -p "${JOULESCHED_BUILD_P:-2}" -trimpath -ldflags="$LDFLAGS" \
   "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >&2
 

@@ -1,0 +1,46 @@
+{{/*
+The KubeSchedulerConfiguration: the content of deploy/scheduler/scheduler-config.yaml, with the
+release namespace, the scheduler name and the extender entry's tunables from the values.
+*/}}
+{{- define "joulesched.schedulerConfig" -}}
+# The energy-aware kube-scheduler instance. Extenders apply to every profile of a scheduler,
+# so this is a scheduler of its own: pods opt in with `schedulerName: {{ .Values.scheduler.schedulerName }}`, all others
+# (the extender's own pods included) stay with the cluster's default scheduler.
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceNamespace: {{ .Release.Namespace }}
+  resourceName: joulesched-scheduler
+# Score every feasible node: above 100 nodes kube-scheduler otherwise stops after a slice
+# (420 of 1,000 nodes, 500 of 5,000) and a pod can only land on the best node of its slice
+# (docs/policy.md, "Scores that do not depend on the slice").
+percentageOfNodesToScore: {{ .Values.scheduler.percentageOfNodesToScore }}
+profiles:
+  - schedulerName: {{ .Values.scheduler.schedulerName }}
+    # Bin-pack within what the extender prefers: MostAllocated keeps pods on nodes that are on
+    # anyway, so that empty ones can be powered down (docs/policy.md, "The in-tree profile").
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources:
+              - {name: cpu, weight: 1}
+              - {name: memory, weight: 1}
+extenders:
+  - urlPrefix: {{ include "joulesched.extenderURL" . }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    preemptVerb: preempt
+    # kube-scheduler adds score × weight × 10 (MaxNodeScore / MaxExtenderPriority); weight 5
+    # (0..500) lets a large energy difference decide (deploy/scheduler/scheduler-config.yaml).
+    weight: {{ .Values.scheduler.extenderWeight }}
+    enableHTTPS: false
+    # NodeNames instead of full Node objects: 10-50x smaller requests.
+    nodeCacheCapable: true
+    # An extender that is down or slow must not stop scheduling.
+    ignorable: {{ .Values.scheduler.ignorable }}
+    # The extender answers in milliseconds; the 5 s default would stall every pod when it hangs.
+    httpTimeout: {{ .Values.scheduler.extenderHttpTimeout }}
+{{- end -}}
