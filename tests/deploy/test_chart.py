@@ -1,0 +1,296 @@
+"""charts/joulesched against deploy/: one source of truth.
+
+The real helm (hack/build-helm.sh, ``$JOULESCHED_HELM``) lints and renders the chart for the
+default values and for other values files; the default render is compared, object by object,
+with ``kubectl kustomize deploy/`` plus ``kubectl kustomize deploy/prometheus`` (the rules and
+dashboard ConfigMaps). What legitimately differs is normalised away: Helm's standard labels,
+the chart's ``checksum/*`` pod annotations, kustomize's ConfigMap name hashes, and the
+namespace on cluster-scoped objects. The chart's files/ are byte copies of deploy/'s files.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "joulesched"
+DEPLOY = REPO / "deploy"
+NAMESPACE = "joulesched"
+KUBE_VERSION = "v1.37.2"  # the release deploy/scheduler pins, and the e2e apiserver's
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
+               "app.kubernetes.io/version"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+
+# The chart's copies of deploy/'s files (.Files.Get reads only inside the chart).
+COPIES = {
+    "files/rules.yaml": "prometheus/rules.yaml",
+    "files/dashboard.json": "prometheus/dashboard.json",
+    "files/extender-config.yaml": "extender/config.yaml",
+    "files/agent.yaml": "agent/base/agent.yaml",
+}
+
+VALUES_FILES: dict[str, dict[str, Any]] = {
+    "everything-on": {
+        "namespace": {"create": True},
+        "gpu": {"enabled": True},
+        "expander": {"enabled": True},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "dashboard": {"enabled": True, "labelKey": "grafana_dashboard", "labelValue": "joulesched"},
+        "extender": {"replicas": 3, "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+                     "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+                     "config": {"bind": {"enabled": True}}},
+        "scheduler": {"image": {"tag": "v1.36.4", "pullPolicy": "IfNotPresent"},
+                      "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}}},
+    },
+    "agent-off-custom-labels": {
+        "agent": {"enabled": False},
+        "commonLabels": {"app.kubernetes.io/part-of": "joulesched", "team": "platform"},
+        "dashboard": {"labelKey": "grafana.io/dashboard", "labelValue": "energy"},
+        "rules": {"configMap": {"enabled": False}},
+    },
+}
+
+
+def helm_binary() -> str:
+    env = os.environ.get("JOULESCHED_HELM")
+    if env:
+        if not os.access(env, os.X_OK):
+            pytest.fail(f"JOULESCHED_HELM={env} is not executable")
+        return env
+    r = subprocess.run([str(REPO / "hack" / "build-helm.sh")], capture_output=True, text=True)
+    if r.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"hack/build-helm.sh failed:\n{r.stderr}")
+        pytest.skip(f"helm is not available (hack/build-helm.sh: {r.stderr.strip()[-300:]})")
+    return str(Path(r.stdout.strip().splitlines()[-1]) / "helm")
+
+
+def kubectl_binary() -> str:
+    d = os.environ.get("JOULESCHED_K8S_BIN_DIR") or str(Path.home() / ".cache/joulesched/k8s/v1.37.2/bin")
+    path = Path(d) / "kubectl"
+    if not os.access(path, os.X_OK):
+        if os.environ.get("CI"):
+            pytest.fail(f"kubectl not found at {path} (hack/build-k8s.sh)")
+        pytest.skip(f"kubectl not found at {path} (hack/build-k8s.sh)")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return helm_binary()
+
+
+def run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), capture_output=True, text=True)
+
+
+def helm_template(helm: str, *extra: str) -> list[dict[str, Any]]:
+    r = run(helm, "template", "joulesched", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION, *extra)
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def write_values(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(VALUES_FILES[name]))
+    return path
+
+
+def key(o: dict[str, Any]) -> tuple[str, str, str]:
+    return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+
+def by_key(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    out = {key(o): o for o in objs}
+    assert len(out) == len(objs), "duplicate objects"
+    return out
+
+
+def pod_spec(o: dict[str, Any]) -> dict[str, Any]:
+    return o["spec"]["template"]["spec"]
+
+
+def normalise(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """What legitimately differs between the two renders, removed."""
+    objs = copy.deepcopy(objs)
+    hashed = {}
+    for o in objs:  # kustomize's generated names: <name>-<10-char hash>
+        if o["kind"] == "ConfigMap":
+            m = re.fullmatch(r"(.+)-[a-z0-9]{10}", o["metadata"]["name"])
+            if m and m.group(1) in ("joulesched-extender", "joulesched-scheduler-config", "joulesched-agent"):
+                hashed[o["metadata"]["name"]] = m.group(1)
+                o["metadata"]["name"] = m.group(1)
+    for o in objs:
+        meta = o["metadata"]
+        if o["kind"] in CLUSTER_SCOPED:
+            meta.pop("namespace", None)
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in HELM_LABELS}
+        meta.pop("labels", None)
+        if labels:
+            meta["labels"] = labels
+        tmpl = o.get("spec", {}).get("template") if isinstance(o.get("spec"), dict) else None
+        if tmpl:
+            ann = {k: v for k, v in (tmpl["metadata"].get("annotations") or {}).items()
+                   if not k.startswith("checksum/")}
+            tmpl["metadata"].pop("annotations", None)
+            if ann:
+                tmpl["metadata"]["annotations"] = ann
+            for vol in tmpl["spec"].get("volumes", []):
+                if "configMap" in vol:
+                    vol["configMap"]["name"] = hashed.get(vol["configMap"]["name"], vol["configMap"]["name"])
+        if o["kind"] == "ConfigMap" and meta["name"] in ("joulesched-extender", "joulesched-scheduler-config"):
+            # YAML documents: compared parsed (the scheduler config's comments are shortened)
+            o["data"] = {k: yaml.safe_load(v) for k, v in o["data"].items()}
+    return by_key(objs)
+
+
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("chart_file,deploy_file", sorted(COPIES.items()))
+def test_chart_files_are_copies_of_deploy(chart_file, deploy_file):
+    assert (CHART / chart_file).read_bytes() == (DEPLOY / deploy_file).read_bytes(), (
+        f"charts/joulesched/{chart_file} differs from deploy/{deploy_file}: cp deploy/{deploy_file} "
+        f"charts/joulesched/{chart_file}")
+
+
+def test_chart_metadata():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == "0.1.0"
+    images = {m.group(0) for m in re.finditer(r"ghcr\.io/joulesched/[a-z-]+:[0-9.]+", (DEPLOY / "extender/deployment.yaml").read_text()
+                                                + (DEPLOY / "agent/base/daemonset.yaml").read_text())}
+    assert images == {f"ghcr.io/joulesched/joulesched:{chart['appVersion']}",
+                      f"ghcr.io/joulesched/joulesched-agent:{chart['appVersion']}"}
+    json.loads((CHART / "values.schema.json").read_text())
+
+
+@pytest.mark.parametrize("values", [None, *VALUES_FILES])
+def test_helm_lint_is_clean(helm, tmp_path, values):
+    extra = ["-f", str(write_values(tmp_path, values))] if values else []
+    r = run(helm, "lint", "--strict", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION, *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 chart(s) failed" in r.stdout, r.stdout
+    assert "[WARNING]" not in r.stdout and "[ERROR]" not in r.stdout, r.stdout
+
+
+def test_default_render_equals_kustomize(helm):
+    kubectl = kubectl_binary()
+    kust: list[dict[str, Any]] = []
+    for kdir in ("deploy", "deploy/prometheus"):
+        r = run(kubectl, "kustomize", str(REPO / kdir))
+        assert r.returncode == 0, r.stderr
+        kust += [d for d in yaml.safe_load_all(r.stdout) if d]
+    # the Namespace: rendered on request (namespace.create), as helm install --create-namespace
+    # makes it otherwise
+    chart = helm_template(helm, "--set", "namespace.create=true")
+    want, got = normalise(kust), normalise(chart)
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k] == want[k], f"{k} differs:\nchart: {yaml.safe_dump(got[k])}\nkustomize: {yaml.safe_dump(want[k])}"
+    # spelled out, the parts that matter most (all also covered by the equality above)
+    for k, o in want.items():
+        if k[0] in ("Deployment", "DaemonSet"):
+            for c_want, c_got in zip(pod_spec(o)["containers"], pod_spec(got[k])["containers"], strict=True):
+                for field in ("image", "args", "command", "ports", "securityContext", "resources"):
+                    assert c_got.get(field) == c_want.get(field), (k, field)
+            assert pod_spec(got[k])["securityContext"] == pod_spec(o)["securityContext"], k
+    cms = {k[2]: o["data"] for k, o in got.items() if k[0] == "ConfigMap"}
+    assert cms["joulesched-prometheus-rules"]["joulesched-impact.rules.yaml"] == (DEPLOY / "prometheus/rules.yaml").read_text()
+    assert cms["joulesched-grafana-dashboard"]["joulesched.json"] == (DEPLOY / "prometheus/dashboard.json").read_text()
+    assert cms["joulesched-scheduler-config"]["scheduler-config.yaml"] == yaml.safe_load(
+        (DEPLOY / "scheduler/scheduler-config.yaml").read_text())
+    # the default render itself (no namespace.create): the same, without the Namespace
+    default = {k for k in normalise(helm_template(helm))}
+    assert default == set(want) - {("Namespace", "", NAMESPACE)}
+    # the extender's config file is the deploy file byte for byte
+    ext_cm = next(o for o in helm_template(helm) if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "joulesched-extender")
+    assert ext_cm["data"]["config.yaml"] == (DEPLOY / "extender/config.yaml").read_text()
+
+
+def test_everything_on(helm, tmp_path):
+    objs = by_key(helm_template(helm, "-f", str(write_values(tmp_path, "everything-on"))))
+    kinds = {k[0] for k in objs}
+    assert {"Namespace", "ServiceMonitor", "PrometheusRule"} <= kinds
+    sm = objs[("ServiceMonitor", NAMESPACE, "joulesched-agent")]
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"] == yaml.safe_load((DEPLOY / "agent/overlays/servicemonitor/servicemonitor.yaml").read_text())["spec"]
+    pr = objs[("PrometheusRule", NAMESPACE, "joulesched-impact")]
+    assert pr["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert pr["spec"] == yaml.safe_load((DEPLOY / "prometheus/operator/prometheusrule.yaml").read_text())["spec"]
+    dash = objs[("ConfigMap", NAMESPACE, "joulesched-grafana-dashboard")]
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "joulesched"
+    # the expander: deploy/expander's objects
+    kust = run(kubectl_binary(), "kustomize", str(DEPLOY / "expander"))
+    assert kust.returncode == 0, kust.stderr
+    exp_want = normalise([d for d in yaml.safe_load_all(kust.stdout) if d])
+    exp_got = normalise(list(objs.values()))
+    for k, o in exp_want.items():
+        assert exp_got[k] == o, k
+    # GPU nodes: a second DaemonSet with the NVIDIA runtime; the plain one avoids them
+    gpu = pod_spec(objs[("DaemonSet", NAMESPACE, "joulesched-agent-gpu")])
+    assert gpu["runtimeClassName"] == "nvidia"
+    assert gpu["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in gpu["containers"][0]["env"]
+    plain = pod_spec(objs[("DaemonSet", NAMESPACE, "joulesched-agent")])
+    (term,) = plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
+    # per-component placement, replicas, image tag override, merged extender config + its RBAC
+    ext = objs[("Deployment", NAMESPACE, "joulesched-extender")]
+    assert ext["spec"]["replicas"] == 3
+    assert pod_spec(ext)["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}
+    assert pod_spec(ext)["tolerations"][0]["key"] == "infra"
+    sched = pod_spec(objs[("Deployment", NAMESPACE, "joulesched-scheduler")])["containers"][0]
+    assert sched["image"] == "registry.k8s.io/kube-scheduler:v1.36.4"
+    # values maps merge: the default limits stay
+    assert sched["resources"] == {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+    cfg = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-extender")]["data"]["config.yaml"])
+    assert cfg["bind"] == {"enabled": True} and cfg["policy"]["strategy"] == "carbon"
+    rules = objs[("ClusterRole", "", "joulesched-extender")]["rules"]
+    assert {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]} in rules
+
+
+def test_agent_off_and_custom_labels(helm, tmp_path):
+    objs = by_key(helm_template(helm, "-f", str(write_values(tmp_path, "agent-off-custom-labels"))))
+    assert not [k for k in objs if "agent" in k[2]], sorted(objs)
+    assert ("ConfigMap", NAMESPACE, "joulesched-prometheus-rules") not in objs
+    for o in objs.values():
+        assert o["metadata"]["labels"]["team"] == "platform", key(o)
+    dash = objs[("ConfigMap", NAMESPACE, "joulesched-grafana-dashboard")]
+    assert dash["metadata"]["labels"]["grafana.io/dashboard"] == "energy"
+    assert "grafana_dashboard" not in dash["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("kube_version,tag", [("v1.37.2", "v1.37.2"), ("v1.36.0", "v1.36.0"),
+                                              ("v1.35.4+k3s1", "v1.35.4")])
+def test_scheduler_image_follows_the_cluster_version(helm, kube_version, tag):
+    r = run(helm, "template", "joulesched", str(CHART), "-n", NAMESPACE, "--kube-version", kube_version,
+            "--show-only", "templates/scheduler-deployment.yaml")
+    assert r.returncode == 0, r.stderr
+    dep = yaml.safe_load(r.stdout)
+    assert pod_spec(dep)["containers"][0]["image"] == f"registry.k8s.io/kube-scheduler:{tag}"
+
+
+@pytest.mark.parametrize("bad,message", [
+    ("extender.replicas=-1", "/extender/replicas"),
+    ("scheduler.replicas=0", "/scheduler/replicas"),
+    ("agent.enabled=yes", "/agent/enabled"),
+    ("extender.image.pullPolicy=Sometimes", "/extender/image/pullPolicy"),
+    ("scheduler.percentageOfNodesToScore=101", "/scheduler/percentageOfNodesToScore"),
+    ("extenderReplicas=2", "additional properties"),
+])
+def test_schema_rejects_bad_values(helm, bad, message):
+    flag = "--set-string" if bad.startswith("agent.enabled") else "--set"
+    for cmd in ("template", "lint"):
+        r = run(helm, cmd, *(["joulesched"] if cmd == "template" else []), str(CHART), "-n", NAMESPACE,
+                "--kube-version", KUBE_VERSION, flag, bad)
+        assert r.returncode != 0, (cmd, bad, r.stdout)
+        assert "schema" in (r.stdout + r.stderr) and message in (r.stdout + r.stderr), (cmd, r.stdout, r.stderr)
