@@ -1,0 +1,142 @@
+"""charts/joulesched against the real kube-apiserver v1.37.2.
+
+``helm template`` renders the chart (default values, and everything on: ServiceMonitor,
+PrometheusRule, the GPU agent, the expander) for the apiserver's version, and every rendered
+object is accepted by ``kubectl apply --dry-run=server`` (strict field validation, admission).
+The Prometheus Operator kinds go against the same minimal CRDs as test_deploy_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from binaries import REPO_ROOT
+from cluster import ControlPlane
+
+CHART = REPO_ROOT / "charts" / "joulesched"
+NAMESPACE = "joulesched"
+DRY_RUN_LINE = re.compile(r"^(\S+) (created|configured|unchanged) \(server dry run\)$")
+OPERATOR_CRDS = [
+    ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+]
+EVERYTHING_ON = [
+    "--set", "gpu.enabled=true", "--set", "expander.enabled=true",
+    "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+    "--set", "serviceMonitor.labels.release=kube-prometheus-stack",
+    "--set", "prometheusRule.labels.release=kube-prometheus-stack",
+    "--set", "extender.config.bind.enabled=true",
+]
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    env = os.environ.get("JOULESCHED_HELM")
+    if env:
+        return env
+    r = subprocess.run([str(REPO_ROOT / "hack" / "build-helm.sh")], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.fail(f"hack/build-helm.sh failed:\n{r.stderr}", pytrace=False)
+    return str(Path(r.stdout.strip().splitlines()[-1]) / "helm")
+
+
+@pytest.fixture(scope="module")
+def kubectl_cache(tmp_path_factory) -> str:
+    return f"--cache-dir={tmp_path_factory.mktemp('kubectl-cache-chart')}"
+
+
+def server_version(cp: ControlPlane) -> str:
+    return yaml.safe_load(cp.kubectl("version", "-o", "yaml").stdout)["serverVersion"]["gitVersion"]
+
+
+def render(helm: str, cp: ControlPlane, *extra: str) -> tuple[str, list[dict[str, Any]]]:
+    r = subprocess.run([helm, "template", "joulesched", str(CHART), "-n", NAMESPACE,
+                        "--kube-version", server_version(cp), *extra], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout, [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def ref(obj: dict[str, Any]) -> str:
+    group = obj["apiVersion"].rpartition("/")[0]
+    return f"{obj['kind'].lower()}{'.' + group if group else ''}/{obj['metadata']['name']}"
+
+
+@pytest.fixture(scope="module")
+def chart_namespace(control_plane: ControlPlane, helm: str) -> str:
+    """The chart's Namespace (namespace.create=true), applied for real."""
+    text, _ = render(helm, control_plane, "--set", "namespace.create=true",
+                     "--show-only", "templates/namespace.yaml")
+    control_plane.kubectl("apply", "-f", "-", input=text)
+    ns = control_plane.core.read_namespace(NAMESPACE)
+    assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    return NAMESPACE
+
+
+@pytest.fixture(scope="module")
+def operator_crds(control_plane: ControlPlane) -> list[str]:
+    names = []
+    for group, kind, plural in OPERATOR_CRDS:
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "versions": [{
+                    "name": "v1", "served": True, "storage": True,
+                    "schema": {"openAPIV3Schema": {
+                        "type": "object",
+                        "required": ["spec"],
+                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }},
+                }],
+            },
+        }
+        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(crd))
+        names.append(f"crd/{plural}.{group}")
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
+    return names
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("values", ["default", "everything-on"])
+def test_chart_is_accepted_by_server_dry_run(control_plane, helm, chart_namespace, operator_crds,
+                                             kubectl_cache, values):
+    cp = control_plane
+    text, objs = render(helm, cp, *(EVERYTHING_ON if values == "everything-on" else []))
+    kinds = {o["kind"] for o in objs}
+    assert {"Deployment", "DaemonSet", "ConfigMap", "Service", "PodDisruptionBudget"} <= kinds
+    if values == "everything-on":
+        assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+    r = cp.kubectl(kubectl_cache, "apply", "--dry-run=server", "-f", "-", input=text, check=False)
+    assert r.returncode == 0, f"rejected by kube-apiserver:\n{r.stderr}\n{r.stdout}"
+    printed = []
+    for line in r.stdout.splitlines():
+        m = DRY_RUN_LINE.match(line.strip())
+        assert m, f"unexpected kubectl output line {line!r}\n{r.stdout}\n{r.stderr}"
+        printed.append(m.group(1))
+    assert sorted(printed) == sorted(ref(o) for o in objs), r.stdout
+    for o in objs:
+        if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert o["metadata"].get("namespace") in (NAMESPACE, "kube-system"), ref(o)
+    # nothing was written by the dry run
+    written = [ref(o) for o in objs if o["kind"] in ("Deployment", "DaemonSet", "ConfigMap", "Service")
+               and o["metadata"].get("namespace") == NAMESPACE]
+    got = cp.kubectl(kubectl_cache, "get", "-n", NAMESPACE, "--ignore-not-found", "-o", "name", *written)
+    assert got.stdout.strip() == "", got.stdout
+
+
+@pytest.mark.e2e
+def test_scheduler_image_is_the_apiservers_version(control_plane, helm):
+    _, objs = render(helm, control_plane)
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "joulesched-scheduler")
+    version = server_version(control_plane)
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == f"registry.k8s.io/kube-scheduler:{version}"
