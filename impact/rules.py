@@ -530,10 +530,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output-dir",
         type=Path,
-        default=REPOSITORY_OUTPUT,
-        help="where rules.yaml, operator/prometheusrule.yaml and dashboard.json go (default: %(default)s)",
+        default=None,
+        help="where rules.yaml, operator/prometheusrule.yaml and dashboard.json go "
+        "(default: deploy/prometheus of the checkout joulesched runs from)",
     )
     args = parser.parse_args(argv)
+    if args.output_dir is None:
+        if not REPOSITORY_OUTPUT.is_dir():  # an installed joulesched: never write into site-packages
+            print(
+                f"joulesched rules: {REPOSITORY_OUTPUT} does not exist (joulesched is installed, not run from a "
+                "checkout): give --output-dir DIR",
+                file=sys.stderr,
+            )
+            return 2
+        args.output_dir = REPOSITORY_OUTPUT
     stale: list[str] = []
     for relative, render in OUTPUTS.items():
         path = args.output_dir / relative

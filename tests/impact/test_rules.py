@@ -109,3 +109,18 @@ def test_the_kustomization_renders_the_rules_and_dashboard_configmaps() -> None:
     operator = subprocess.run([kubectl, "kustomize", str(DIR / "operator")], capture_output=True, text=True)
     assert operator.returncode == 0, operator.stderr
     assert yaml.safe_load(operator.stdout)["kind"] == "PrometheusRule"
+
+
+def test_rules_write_where_they_are_told(tmp_path) -> None:
+    assert rules.main(["--output-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "rules.yaml").read_text() == RULES.read_text()
+    assert rules.main(["--check", "--output-dir", str(tmp_path)]) == 0
+    (tmp_path / "dashboard.json").write_text("{}")
+    assert rules.main(["--check", "--output-dir", str(tmp_path)]) == 1
+
+
+def test_an_installed_joulesched_needs_an_output_dir(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setattr(rules, "REPOSITORY_OUTPUT", tmp_path / "site-packages" / "deploy" / "prometheus")
+    assert rules.main([]) == 2
+    assert "give --output-dir" in capsys.readouterr().err
+    assert not (tmp_path / "site-packages").exists()
