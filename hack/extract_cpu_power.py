@@ -1,6 +1,6 @@
 """Build measurement/data/cpu_power.csv from the public tables (see measurement/data/README.md).
 
-    python hack/extract_cpu_power.py ../shared/data/power measurement/data/cpu_power.csv
+python hack/extract_cpu_power.py ../shared/data/power measurement/data/cpu_power.csv
 """
 
 from __future__ import annotations

@@ -163,4 +163,14 @@ def estimate(cpu_seconds: float, cpu: CpuInfo, table: dict[str, TableRow] | None
     return Estimate(cpu_seconds, max(cpu_seconds, 0.0) * rate.watts_per_thread, rate, cpu)
 
 
-__all__ = ["DEFAULT_WATTS_PER_VCPU", "CpuInfo", "Estimate", "Rate", "estimate", "load_table", "model_key", "rate_for", "read_cpuinfo"]
+__all__ = [
+    "DEFAULT_WATTS_PER_VCPU",
+    "CpuInfo",
+    "Estimate",
+    "Rate",
+    "estimate",
+    "load_table",
+    "model_key",
+    "rate_for",
+    "read_cpuinfo",
+]
