@@ -130,7 +130,7 @@ def agent_main(argv: Sequence[str]) -> int:
         return 1
     host, port = server.server_address[:2]
     log.info(
-        "serving /metrics, /healthz, /v1/profile, /v1/windows on %s:%s; sampling every %g s",
+        "serving /metrics, /healthz, /v1/profile, /v1/windows, /v1/weblog on %s:%s; sampling every %g s",
         host,
         port,
         config.interval_seconds,
@@ -293,15 +293,14 @@ def measure_main(argv: Sequence[str]) -> int:
         metavar="S",
         help="read counters every S seconds while CMD runs (default 1)",
     )
-    parser.add_argument(
+    co2e = parser.add_mutually_exclusive_group()
+    co2e.add_argument(
         "--intensity",
         type=_intensity_value,
         metavar="G_PER_KWH",
         help="grid carbon intensity in gCO2e/kWh, for the CO2e of the energy",
     )
-    parser.add_argument(
-        "--site", metavar="FILE", help="site file (PUE, WUE, carbon intensity; docs/impact.md) for CO2e"
-    )
+    co2e.add_argument("--site", metavar="FILE", help="site file (PUE, WUE, carbon intensity; docs/impact.md) for CO2e")
     parser.add_argument("--site-name", metavar="NAME", help="which site of --site FILE (needed when it has several)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (on stderr) instead of text")
     parser.add_argument("--output", metavar="FILE", help="also write the result as JSON to FILE")

@@ -161,3 +161,15 @@ def test_real_counters_are_not_labelled_estimated(tmp_path: Path, capfd: pytest.
 def test_a_permission_error_tells_the_scientist_to_use_sudo() -> None:
     message = "rapl zone (/sys/class/powercap/intel-rapl:0/energy_uj): permission denied — run the agent as root"
     assert _hint(message) == f"rapl zone (/sys/class/powercap/intel-rapl:0/energy_uj): permission denied — {ROOT_HINT}"
+
+
+def test_intensity_and_site_exclude_each_other(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as err:
+        measure_main([*flags(tmp_path), "--intensity", "1", "--site", "x.yaml", "--", "true"])
+    assert err.value.code == 2
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "lots"])
+def test_intensity_must_be_a_plausible_number(tmp_path: Path, value: str) -> None:
+    with pytest.raises(SystemExit):
+        measure_main([*flags(tmp_path), "--intensity", value, "--", "true"])
