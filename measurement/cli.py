@@ -4,11 +4,13 @@
 [--procfs-root DIR] [--cgroup-root DIR] [--dev-root DIR] [--record FILE] [--node-name NAME]``
 runs the node agent (configuration: defaults, then the file, then these flags).
 
-``joulesched measure [--interval S] [--config FILE] [--sysfs-root DIR] ... [--json] [--output FILE]
--- CMD ARGS`` runs CMD, reads every energy counter at its exact start and end (and every
-``--interval`` seconds in between, so that 32-bit counters cannot wrap unseen), prints the energy
-per domain in kJ on stderr, and exits with CMD's exit code (128 + N when a signal N ended it, 127
-when it could not be started).
+``joulesched measure [--interval S] [--config FILE] [--sysfs-root DIR] ... [--intensity G_PER_KWH |
+--site FILE [--site-name NAME]] [--json] [--output FILE] -- CMD ARGS`` runs CMD, reads every energy
+counter at its exact start and end (and every ``--interval`` seconds in between, so that 32-bit
+counters cannot wrap unseen), prints the energy per domain in kJ on stderr, and exits with CMD's
+exit code (128 + N when a signal N ended it, 127 when it could not be started). Where no counter
+can be read it prints an estimate from CPU time instead (:mod:`measurement.estimate`), labelled
+*estimated* with its method; CO2e (and water, from a site's WUE) from ``--intensity`` or a site.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import argparse
 import gc
 import json
 import logging
+import math
+import resource
 import shlex
 import signal
 import subprocess
@@ -28,8 +32,10 @@ from typing import Any
 
 from joulesched.measurement.config import MAX_INTERVAL, MIN_INTERVAL, AgentConfig, load_config
 from joulesched.measurement.errors import MeasurementError
+from joulesched.measurement.estimate import Estimate, estimate, read_cpuinfo
 from joulesched.measurement.sources.registry import Outcome, open_sources
 from joulesched.policy.errors import ConfigError
+from joulesched.policy.site import IntensityUnavailable
 
 log = logging.getLogger("joulesched.agent")
 
@@ -124,7 +130,7 @@ def agent_main(argv: Sequence[str]) -> int:
         return 1
     host, port = server.server_address[:2]
     log.info(
-        "serving /metrics, /healthz, /v1/profile, /v1/windows on %s:%s; sampling every %g s",
+        "serving /metrics, /healthz, /v1/profile, /v1/windows, /v1/weblog on %s:%s; sampling every %g s",
         host,
         port,
         config.interval_seconds,
@@ -155,15 +161,52 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+NO_COUNTER = (
+    "no readable energy counter here (RAPL needs root or a readable /sys/class/powercap); estimated from"
+    " CPU time instead — run on a machine with RAPL or a joulesched agent for measured energy"
+)
+ROOT_HINT = "the counters are here but readable by root only: run `sudo joulesched measure -- …` for measured energy"
+
+
+def _hint(message: str) -> str:
+    """A source's failure as the person running ``measure`` can act on it (not the agent's fix)."""
+    if "permission denied" in message:
+        return message.split(" — ")[0] + " — " + ROOT_HINT
+    return message
+
+
 def format_report(command: Sequence[str], code: int, result: dict[str, Any], outcomes: Sequence[Outcome]) -> str:
-    """The human summary: energy per domain in kJ, and which sources it stands on."""
+    """The human summary: energy per domain in kJ (or the estimate), CO2e, and the sources."""
     joules = result["joules"]
     lines = [f"joulesched measure: {shlex.join(command)} exited {code} after {result['seconds']:.3f} s"]
-    if result["basis"]:
+    if result.get("estimated"):
+        est = result["estimate"]
+        lines.append(
+            f"  ESTIMATED energy: {est['joules']:.3f} J = {est['joules'] / 3600:.6f} Wh  (no energy counter was read)"
+        )
+        lines.append(f"  method: {est['method']}")
+        lines.append(
+            f"  CPU time: {est['cpu_seconds']:.3f} s (user + system, the command and the children it waited for)"
+        )
+    elif result["basis"]:
         lines.append(f"  {'node':<6} {joules['node'] / 1000:12.6f} kJ   (basis: {result['basis']})")
         lines += [f"  {domain:<6} {joules[domain] / 1000:12.6f} kJ" for domain in ("cpu", "dram", "gpu", "other")]
     else:
         lines.append("  no energy source: nothing was measured")
+    impact = result.get("impact")
+    if impact:
+        label = " (estimated)" if result.get("estimated") else ""
+        line = f"  CO2e{label}: {impact['co2e_grams']:.4g} g at {impact['intensity_g_per_kwh']:g} gCO2e/kWh"
+        if impact["pue"] != 1.0:
+            line += f", PUE {impact['pue']:g}"
+        line += f" ({impact['from']})"
+        if impact["water_litres"] is not None:
+            line += f"; water{label}: {impact['water_litres']:.4g} L (WUE {impact['wue']:g} L/kWh)"
+        lines.append(line)
+    elif result.get("impact_problem"):
+        lines.append(f"  CO2e: {result['impact_problem']}")
+    if result.get("estimated"):
+        lines.append(f"  {NO_COUNTER}")
     zones: dict[str, list[str]] = {}
     for key in result["zones"]:
         source, _, zone = key.partition("/")
@@ -171,8 +214,63 @@ def format_report(command: Sequence[str], code: int, result: dict[str, Any], out
     opened = [f"{o.name} ({', '.join(zones.get(o.name, []))})" for o in outcomes if o.status == "open"]
     absent = [o.name for o in outcomes if o.status == "absent"]
     lines.append(f"  sources: {'; '.join(opened) or 'none'}" + (f"; absent: {', '.join(absent)}" if absent else ""))
-    lines += [f"  {o.name}: {o.status}: {o.message}" for o in outcomes if o.status == "failed"]
+    lines += [f"  {o.name}: {o.status}: {_hint(o.message)}" for o in outcomes if o.status == "failed"]
     return "\n".join(lines)
+
+
+def _intensity_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"must be gCO2e per kWh, got {text!r}") from err
+    if not math.isfinite(value) or not 0 <= value <= 5000:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 5000 gCO2e/kWh, got {text}")
+    return value
+
+
+def _impact(args: argparse.Namespace, joules: float, t0: float, t1: float) -> tuple[dict[str, Any] | None, str]:
+    """CO2e and water of ``joules`` of IT energy from ``--intensity`` or the site; (None, why) when not given."""
+    kwh = joules / 3.6e6
+    if args.intensity is not None:
+        return {
+            "co2e_grams": kwh * args.intensity,
+            "intensity_g_per_kwh": args.intensity,
+            "pue": 1.0,
+            "wue": None,
+            "water_litres": None,
+            "from": "--intensity",
+        }, ""
+    if not args.site:
+        return None, "give --intensity G_PER_KWH or --site FILE for CO2e"
+    from joulesched.contracts.sitefile import load_site_file
+
+    catalogue = load_site_file(args.site)  # ConfigError: reported by the caller
+    names = sorted(catalogue.sites)
+    if args.site_name:
+        if args.site_name not in catalogue.sites:
+            return None, f"{args.site}: no site {args.site_name!r} (sites: {', '.join(names)})"
+        site = catalogue.sites[args.site_name]
+    elif len(names) == 1:
+        site = catalogue.sites[names[0]]
+    else:
+        return None, f"{args.site} has {len(names)} sites: choose one with --site-name ({', '.join(names)})"
+    try:
+        intensity = site.carbon.integral(t0, t1) / (t1 - t0) if t1 > t0 else site.carbon.at(t0)
+    except IntensityUnavailable as err:
+        return None, f"site {site.name}: {err}"
+    return {
+        "co2e_grams": kwh * site.pue * intensity,
+        "intensity_g_per_kwh": intensity,
+        "pue": site.pue,
+        "wue": site.wue,
+        "water_litres": kwh * site.wue,
+        "from": f"site {site.name} in {args.site}",
+    }, ""
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def measure_main(argv: Sequence[str]) -> int:
@@ -195,6 +293,15 @@ def measure_main(argv: Sequence[str]) -> int:
         metavar="S",
         help="read counters every S seconds while CMD runs (default 1)",
     )
+    co2e = parser.add_mutually_exclusive_group()
+    co2e.add_argument(
+        "--intensity",
+        type=_intensity_value,
+        metavar="G_PER_KWH",
+        help="grid carbon intensity in gCO2e/kWh, for the CO2e of the energy",
+    )
+    co2e.add_argument("--site", metavar="FILE", help="site file (PUE, WUE, carbon intensity; docs/impact.md) for CO2e")
+    parser.add_argument("--site-name", metavar="NAME", help="which site of --site FILE (needed when it has several)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (on stderr) instead of text")
     parser.add_argument("--output", metavar="FILE", help="also write the result as JSON to FILE")
     args = parser.parse_args(own)
@@ -218,6 +325,7 @@ def measure_main(argv: Sequence[str]) -> int:
         server_includes_gpus=config.sources.server_includes_gpus,
     )
     start = meter.read()
+    cpu_before = _cpu_seconds()
     code = 0
     stop = threading.Event()
     previous: dict[signal.Signals, Any] = {}
@@ -248,6 +356,7 @@ def measure_main(argv: Sequence[str]) -> int:
             code = _exit_code(child.wait())
     finally:
         end = meter.read()
+        cpu_seconds = _cpu_seconds() - cpu_before
         stop.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -256,7 +365,23 @@ def measure_main(argv: Sequence[str]) -> int:
     result.pop("label")
     result["command"] = command
     result["exit_code"] = code
+    estimated: Estimate | None = None
+    if not result["basis"]:
+        estimated = estimate(cpu_seconds, read_cpuinfo(config.roots.procfs))
+        result["basis"] = "estimate"
+        result["joules"] = {**result["joules"], "node": estimated.joules, "cpu": estimated.joules}
+    result["estimated"] = estimated is not None
+    result["method"] = estimated.rate.method if estimated else f"counters: {result['basis']}"
+    result["estimate"] = estimated.as_dict() if estimated else None
+    result["cpu_seconds"] = cpu_seconds
     result["kilojoules"] = {k: v / 1000.0 for k, v in result["joules"].items()}
+    try:
+        impact, problem = _impact(args, result["joules"]["node"], result["start"], result["end"])
+    except ConfigError as err:
+        impact, problem = None, str(err)
+    result["impact"] = impact
+    if problem:
+        result["impact_problem"] = problem
     result["outcomes"] = {o.name: {"status": o.status, "message": o.message} for o in opened.outcomes}
     if args.output:
         try:

@@ -5,25 +5,30 @@
     GET    /v1/profile          the node's profile document (policy.profile shape); 503 before a fit
     POST   /v1/windows          open a measurement window: reads every counter now → {"id", "start"}
     DELETE /v1/windows/{id}     close it: reads every counter now → energy per domain (J and kJ)
+    POST   /v1/weblog           Nextflow's -with-weblog events: one window per run (measurement/weblog.py)
+    GET    /v1/weblog/{runId}   that run's energy once it completed (or that it is still open)
 
 Security (RAPL energy at fine resolution is a side channel: PLATYPUS, CVE-2020-8694):
 ``/metrics`` and ``/v1/profile`` only ever show per-interval values published at most once per
 second. The windows API reads counters at arbitrary moments, so: with ``server.token_file`` set,
-it needs ``Authorization: Bearer <token>``; without a token it is served on a loopback address
+it needs ``Authorization: Bearer <token>`` (or ``Basic``, any user, the token as password: what
+Nextflow's ``weblog.basicToken = "nextflow:<token>"`` sends); without a token it is served on a loopback address
 only, and an unauthenticated window must span at least one second (closing it earlier answers
 409 and leaves it open).
 
 Robustness: connections wait in a selector until they send something, and only then take one
 of ``workers`` threads, so idle connections cost no thread (they are closed after
 ``idle_seconds``, and beyond ``max_connections`` the longest idle one is closed); every socket read
-times out after ``read_timeout`` seconds; the listen backlog is 128. ``POST /v1/windows`` checks
-the token before it reads a body, reads at most 64 KiB (413 beyond), and answers every malformed
+times out after ``read_timeout`` seconds; the listen backlog is 128. ``POST /v1/windows`` and
+``POST /v1/weblog`` check the token before they read a body, reads at most 64 KiB (413 beyond), and answers every malformed
 request (Content-Length not a non-negative integer, chunked bodies, invalid UTF-8, JSON nested
 too deep) with a JSON 400.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import json
 import logging
@@ -45,6 +50,7 @@ from joulesched.measurement.errors import TooManyWindows, UnknownWindow
 from joulesched.measurement.exporters.profile import model_status, profile_document
 from joulesched.measurement.sampler import Sampler
 from joulesched.measurement.snapshot import Snapshot
+from joulesched.measurement.weblog import WeblogRuns
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +98,7 @@ class AgentServer(HTTPServer):
         self.max_connections = max_connections
         self.idle_seconds = idle_seconds
         self.read_timeout = read_timeout
+        self.weblog = WeblogRuns(sampler, clock, MIN_UNAUTHENTICATED_WINDOW)
         super().__init__(address, _Handler)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-http-worker")
         self._selector = selectors.DefaultSelector()
@@ -261,6 +268,13 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         if header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip().encode(), token.encode()):
             return True
+        if header.startswith("Basic "):
+            try:
+                password = base64.b64decode(header[6:].strip(), validate=True).partition(b":")[2]
+            except (binascii.Error, ValueError):
+                password = b""
+            if hmac.compare_digest(password, token.encode()):
+                return True
         self.close_connection = True  # a body, if any, is never read
         self._json(
             HTTPStatus.UNAUTHORIZED,
@@ -356,6 +370,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"last sample {age:.1f} s ago\n".encode(), "text/plain")
                 return
             self._send(HTTPStatus.OK, b"ok\n", "text/plain")
+        elif path.startswith("/v1/weblog/") and path[len("/v1/weblog/") :]:
+            if self._authorised() is None:
+                return
+            code, found = self.server.weblog.result(path[len("/v1/weblog/") :])
+            self._json(code, found)
         elif path == "/v1/profile":
             snap = self.server.published()
             doc = profile_document(snap) if snap is not None else None
@@ -371,6 +390,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        if path.rstrip("/") == "/v1/weblog":
+            self._weblog()
+            return
         if path.rstrip("/") != "/v1/windows":
             self._error(HTTPStatus.NOT_FOUND, f"no such endpoint {path!r}")
             return
@@ -393,6 +415,25 @@ class _Handler(BaseHTTPRequestHandler):
             {"id": window.id, "label": label, "start": window.start.time},
             {"Location": f"/v1/windows/{window.id}"},
         )
+
+    def _weblog(self) -> None:
+        authorised = self._authorised()  # before the body: an unauthorised one is never read
+        if authorised is None:
+            return
+        body = self._body()
+        if body is None:
+            return
+        status, doc = self.server.weblog.handle(body, authorised)
+        if status == HTTPStatus.OK and "run" in doc:
+            run = doc["run"]
+            log.info(
+                "nextflow run %r (%r) %s: %.3f kJ",
+                run["runName"][:80],
+                run["runId"][:80],
+                run["outcome"],
+                doc["kilojoules"].get("node", 0.0),
+            )
+        self._json(status, doc)
 
     def do_DELETE(self) -> None:
         path = self.path.split("?", 1)[0]

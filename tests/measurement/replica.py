@@ -236,7 +236,15 @@ class ProcTree:
         _write(self.root / str(pid) / "cgroup", cgroup_text)
 
     def set_cpuinfo(
-        self, vendor: str, family: int, model: int, packages: int = 1, cores_per_package: int = 2, threads: int = 2
+        self,
+        vendor: str,
+        family: int,
+        model: int,
+        packages: int = 1,
+        cores_per_package: int = 2,
+        threads: int = 2,
+        model_name: str = "replica",
+        flags: str = "fpu msr rapl",
     ) -> None:
         blocks = []
         cpu = 0
@@ -245,7 +253,8 @@ class ProcTree:
                 for _ in range(threads):
                     blocks.append(
                         f"processor\t: {cpu}\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\n"
-                        f"model name\t: replica\nphysical id\t: {package}\ncore id\t\t: {core}\nflags\t\t: fpu msr rapl\n"
+                        f"model name\t: {model_name}\nphysical id\t: {package}\nsiblings\t: {cores_per_package * threads}\n"
+                        f"core id\t\t: {core}\nflags\t\t: {flags}\n"
                     )
                     cpu += 1
         _write(self.root / "cpuinfo", "\n".join(blocks) + "\n")
