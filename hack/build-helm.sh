@@ -34,16 +34,8 @@ if [[ -x "$BIN_DIR/helm" ]]; then
   exit 0
 fi
 
-if [[ -n "${GO:-}" ]]; then
-  :
-elif command -v go >/dev/null 2>&1; then
-  GO=$(command -v go)
-elif [[ -x /usr/local/go/bin/go ]]; then
-  GO=/usr/local/go/bin/go
-else
-  log "ERROR: go not found (set GO=/path/to/go)"
-  exit 2
-fi
+# shellcheck source=hack/find-go.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find-go.sh"
 
 if [[ ! "$HELM_VERSION" =~ ^v3\.[0-9]+\.[0-9]+$ ]]; then
   log "ERROR: unexpected version '$HELM_VERSION' (want v3.N.M)"

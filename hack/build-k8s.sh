@@ -48,16 +48,8 @@ if have_all; then
   exit 0
 fi
 
-if [[ -n "${GO:-}" ]]; then
-  :
-elif command -v go >/dev/null 2>&1; then
-  GO=$(command -v go)
-elif [[ -x /usr/local/go/bin/go ]]; then
-  GO=/usr/local/go/bin/go
-else
-  log "ERROR: go not found (set GO=/path/to/go)"
-  exit 2
-fi
+# shellcheck source=hack/find-go.sh
+source "$(dirname "${BASH_SOURCE[0]}")/find-go.sh"
 
 if [[ ! "$K8S_VERSION" =~ ^v1\.([0-9]+)\.([0-9]+)$ ]]; then
   log "ERROR: unexpected version '$K8S_VERSION' (want v1.N.M)"

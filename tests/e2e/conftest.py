@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -185,3 +186,39 @@ def fault_proxy():
     yield make
     for proxy in made:
         proxy.close()
+
+
+# The two Prometheus Operator kinds deploy/ and the chart use, as minimal CRDs: any spec is kept,
+# but a spec must be there, so the objects really go through CR admission in the dry-run.
+OPERATOR_CRDS = [
+    ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+]
+
+
+@pytest.fixture(scope="module")
+def operator_crds(control_plane: ControlPlane) -> list[str]:
+    names = []
+    for group, kind, plural in OPERATOR_CRDS:
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "versions": [{
+                    "name": "v1", "served": True, "storage": True,
+                    "schema": {"openAPIV3Schema": {
+                        "type": "object",
+                        "required": ["spec"],
+                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }},
+                }],
+            },
+        }
+        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(crd))
+        names.append(f"crd/{plural}.{group}")
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
+    return names

@@ -22,10 +22,6 @@ from cluster import ControlPlane
 CHART = REPO_ROOT / "charts" / "joulesched"
 NAMESPACE = "joulesched"
 DRY_RUN_LINE = re.compile(r"^(\S+) (created|configured|unchanged) \(server dry run\)$")
-OPERATOR_CRDS = [
-    ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
-    ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
-]
 EVERYTHING_ON = [
     "--set", "gpu.enabled=true", "--set", "expander.enabled=true",
     "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
@@ -76,34 +72,6 @@ def chart_namespace(control_plane: ControlPlane, helm: str) -> str:
     ns = control_plane.core.read_namespace(NAMESPACE)
     assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "privileged"
     return NAMESPACE
-
-
-@pytest.fixture(scope="module")
-def operator_crds(control_plane: ControlPlane) -> list[str]:
-    names = []
-    for group, kind, plural in OPERATOR_CRDS:
-        crd = {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {
-                "group": group,
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                "versions": [{
-                    "name": "v1", "served": True, "storage": True,
-                    "schema": {"openAPIV3Schema": {
-                        "type": "object",
-                        "required": ["spec"],
-                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }},
-                }],
-            },
-        }
-        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(crd))
-        names.append(f"crd/{plural}.{group}")
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
-    return names
 
 
 @pytest.mark.e2e

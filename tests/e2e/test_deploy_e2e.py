@@ -54,13 +54,6 @@ NOT_KUBERNETES_OBJECTS = {
     "prometheus/rules_test.yaml": "promtool rule unit tests",
 }
 
-# The two Prometheus Operator kinds deploy/ uses, as minimal CRDs: any spec is kept, but a
-# spec must be there, so the objects really go through CR admission in the dry-run.
-OPERATOR_CRDS = [
-    ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
-    ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
-]
-
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 RBAC_FILES = [
     "extender/rbac.yaml",
@@ -158,34 +151,6 @@ def joulesched_namespace(control_plane: ControlPlane) -> str:
     ns = control_plane.core.read_namespace(NAMESPACE)
     assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "privileged"
     return NAMESPACE
-
-
-@pytest.fixture(scope="module")
-def operator_crds(control_plane: ControlPlane) -> list[str]:
-    names = []
-    for group, kind, plural in OPERATOR_CRDS:
-        crd = {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {
-                "group": group,
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                "versions": [{
-                    "name": "v1", "served": True, "storage": True,
-                    "schema": {"openAPIV3Schema": {
-                        "type": "object",
-                        "required": ["spec"],
-                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }},
-                }],
-            },
-        }
-        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(crd))
-        names.append(f"crd/{plural}.{group}")
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=30s", *names)
-    return names
 
 
 @pytest.fixture(scope="module")
