@@ -9,7 +9,6 @@ The Prometheus Operator kinds go against the same minimal CRDs as test_deploy_e2
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,10 @@ import pytest
 import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
+from dryrun import ref, server_dry_run
 
 CHART = REPO_ROOT / "charts" / "joulesched"
 NAMESPACE = "joulesched"
-DRY_RUN_LINE = re.compile(r"^(\S+) (created|configured|unchanged) \(server dry run\)$")
 EVERYTHING_ON = [
     "--set", "gpu.enabled=true", "--set", "expander.enabled=true",
     "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
@@ -58,11 +57,6 @@ def render(helm: str, cp: ControlPlane, *extra: str) -> tuple[str, list[dict[str
     return r.stdout, [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
-def ref(obj: dict[str, Any]) -> str:
-    group = obj["apiVersion"].rpartition("/")[0]
-    return f"{obj['kind'].lower()}{'.' + group if group else ''}/{obj['metadata']['name']}"
-
-
 @pytest.fixture(scope="module")
 def chart_namespace(control_plane: ControlPlane, helm: str) -> str:
     """The chart's Namespace (namespace.create=true), applied for real."""
@@ -84,14 +78,8 @@ def test_chart_is_accepted_by_server_dry_run(control_plane, helm, chart_namespac
     assert {"Deployment", "DaemonSet", "ConfigMap", "Service", "PodDisruptionBudget"} <= kinds
     if values == "everything-on":
         assert {"ServiceMonitor", "PrometheusRule"} <= kinds
-    r = cp.kubectl(kubectl_cache, "apply", "--dry-run=server", "-f", "-", input=text, check=False)
-    assert r.returncode == 0, f"rejected by kube-apiserver:\n{r.stderr}\n{r.stdout}"
-    printed = []
-    for line in r.stdout.splitlines():
-        m = DRY_RUN_LINE.match(line.strip())
-        assert m, f"unexpected kubectl output line {line!r}\n{r.stdout}\n{r.stderr}"
-        printed.append(m.group(1))
-    assert sorted(printed) == sorted(ref(o) for o in objs), r.stdout
+    printed = server_dry_run(cp, kubectl_cache, text, "the chart")
+    assert sorted(printed) == sorted(ref(o) for o in objs), printed
     for o in objs:
         if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert o["metadata"].get("namespace") in (NAMESPACE, "kube-system"), ref(o)

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
+from dryrun import ref, server_dry_run
 from e2e_extender import (
     DEPLOY_EXTENDER_CONFIG,
     DEPLOY_SCHEDULER_CONFIG,
@@ -64,7 +64,6 @@ RBAC_FILES = [
     "agent/base/serviceaccount.yaml",
 ]
 
-DRY_RUN_LINE = re.compile(r"^(\S+) (created|configured|unchanged) \(server dry run\)$")
 
 
 # --------------------------------------------------------------------------
@@ -74,13 +73,6 @@ DRY_RUN_LINE = re.compile(r"^(\S+) (created|configured|unchanged) \(server dry r
 def render(cp: ControlPlane, kdir: str) -> tuple[str, list[dict[str, Any]]]:
     text = cp.kubectl("kustomize", str(REPO_ROOT / kdir)).stdout
     return text, [d for d in yaml.safe_load_all(text) if d]
-
-
-def ref(obj: dict[str, Any]) -> str:
-    """``kind[.group]/name`` as kubectl prints it (``deployment.apps/x``, ``configmap/y``)."""
-    group = obj["apiVersion"].rpartition("/")[0]
-    kind = obj["kind"].lower() + (f".{group}" if group else "")
-    return f"{kind}/{obj['metadata']['name']}"
 
 
 def kustomization_inputs(kfile: Path) -> set[Path]:
@@ -192,14 +184,8 @@ def test_kustomization_is_accepted_by_server_dry_run(control_plane, joulesched_n
     cp = control_plane
     text, objs = render(cp, kdir)
     assert objs, f"{kdir} renders nothing"
-    r = cp.kubectl(kubectl_cache, "apply", "--dry-run=server", "-f", "-", input=text, check=False)
-    assert r.returncode == 0, f"{kdir} rejected by kube-apiserver:\n{r.stderr}\n{r.stdout}"
-    printed = []
-    for line in r.stdout.splitlines():
-        m = DRY_RUN_LINE.match(line.strip())
-        assert m, f"unexpected kubectl output line {line!r}\n{r.stdout}\n{r.stderr}"
-        printed.append(m.group(1))
-    assert sorted(printed) == sorted(ref(o) for o in objs), r.stdout
+    printed = server_dry_run(cp, kubectl_cache, text, str(kdir))
+    assert sorted(printed) == sorted(ref(o) for o in objs), printed
     for o in objs:  # every namespaced object lands in joulesched (or names its own namespace)
         ns = o["metadata"].get("namespace")
         if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
