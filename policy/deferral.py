@@ -50,6 +50,7 @@ DEFAULT_STEP = 900.0  # 15 min: finer than any grid series' hourly step, cheap t
 DEFAULT_TOLERANCE = 0.02  # release when now is within 2 % of the cleanest start's mean intensity
 
 REASONS = ("clean", "deadline", "expired", "no_forecast", "hold")
+LOWEST_RESOLUTION = 300.0  # s: cells of the pointwise minimum (hourly and 5-minute grid data align to it)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,60 @@ class Decision:
     planned_start: float
     now_mean: float = math.nan
     planned_mean: float = math.nan
+
+
+@dataclass(frozen=True)
+class LowestOf:
+    """The pointwise lowest intensity of several sites: what a pod that carbon placement may put
+    at any of them will see. (A pod pinned to one site uses that site's source alone.)
+
+    ``integral`` sums cells of ``resolution`` seconds aligned to multiples of it (absolute time):
+    in each cell every source's mean is taken and the lowest kept, exact for step series whose
+    steps fall on cell edges (hourly and 5-minute grid data), a lower bound otherwise. A source
+    that cannot answer for a cell is skipped; when none can, :class:`IntensityUnavailable`.
+    """
+
+    sources: tuple[CarbonIntensitySource, ...]
+    resolution: float = LOWEST_RESOLUTION
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise PolicyError("LowestOf: needs at least one intensity source")
+        if not (self.resolution > 0 and math.isfinite(self.resolution)):
+            raise PolicyError(f"LowestOf: resolution must be a positive number of seconds, got {self.resolution!r}")
+
+    @property
+    def name(self) -> str:
+        return "lowest of " + ", ".join(s.name for s in self.sources)
+
+    def at(self, t: float) -> float:
+        values = []
+        for source in self.sources:
+            try:
+                values.append(source.at(t))
+            except IntensityUnavailable:
+                continue
+        if not values:
+            raise IntensityUnavailable(f"{self.name}: no source has a value at {t:.0f}")
+        return min(values)
+
+    def integral(self, a: float, b: float) -> float:
+        if b <= a:
+            return 0.0
+        r = self.resolution
+        edges = np.arange(math.floor(a / r), math.ceil(b / r) + 1, dtype=np.float64) * r
+        edges[0], edges[-1] = a, b
+        edges = edges[np.concatenate(([True], np.diff(edges) > 0))]
+        lo, hi = edges[:-1], edges[1:]
+        best = np.full(lo.shape, np.inf)
+        for source in self.sources:
+            try:
+                best = np.minimum(best, interval_means(source, lo, hi))
+            except IntensityUnavailable:
+                continue
+        if not np.all(np.isfinite(best)):
+            raise IntensityUnavailable(f"{self.name}: no source covers {a:.0f} to {b:.0f}")
+        return float(np.sum(best * (hi - lo)))
 
 
 def _mean_over_runs(forecast: CarbonIntensitySource, starts: np.ndarray, runtime: float) -> np.ndarray:

@@ -102,3 +102,17 @@ def test_malformed_annotations_name_what(annotations: dict[str, str], named: str
 def test_terms_must_be_finite() -> None:
     with pytest.raises(PolicyError):
         Deferral(0.0, math.inf, 0.0)
+
+
+def test_lowest_of_sites_is_the_pointwise_minimum() -> None:
+    from joulesched.policy.deferral import LowestOf
+
+    a = IntensitySeries.regular(0.0, H, [300, 100, 300, 300], outside="error")
+    b = IntensitySeries.regular(0.0, H, [200, 250, 50, 300], outside="error")
+    low = LowestOf((a, b, ConstantIntensity(280.0)))
+    assert low.at(0.5 * H) == 200 and low.at(2.5 * H) == 50 and low.at(3.5 * H) == 280
+    assert low.integral(0.0, 4 * H) == pytest.approx((200 + 100 + 50 + 280) * H)
+    assert low.integral(0.5 * H, 1.5 * H) == pytest.approx((200 * 0.5 + 100 * 0.5) * H)
+    # the plan follows the cleanest site
+    dec = decide(Deferral(0.0, 4 * H, H), 0.0, low)
+    assert not dec.release and dec.planned_start == 2 * H
