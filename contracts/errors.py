@@ -17,4 +17,13 @@ class SeriesFileError(ContractError):
         super().__init__(f"{path}: " + "; ".join(problems))
 
 
-__all__ = ["ContractError", "SeriesFileError"]
+class CarbonApiError(ContractError):
+    """A carbon-intensity API request failed: transport, deadline, HTTP status (``status``) or the
+    shape of its JSON. Caught by the live source, which keeps its last data (``carbon_apis``)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+__all__ = ["CarbonApiError", "ContractError", "SeriesFileError"]
