@@ -51,6 +51,7 @@ import math
 import os
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,8 +61,9 @@ import numpy as np
 import orjson
 import yaml
 
+from joulesched.contracts.carbon_apis import PROVIDERS, ApiSettings, Secret, open_source
 from joulesched.contracts.documents import read_yaml
-from joulesched.contracts.errors import SeriesFileError
+from joulesched.contracts.errors import CarbonApiError, SeriesFileError
 from joulesched.policy.site import (
     OUTSIDE_POLICIES,
     CarbonIntensitySource,
@@ -84,12 +86,37 @@ SITE_FIELDS = (
     "renewable_share",
     "carbon_intensity",
     "carbon_series",
+    "carbon_api",
     "location",
     "country_code",
     "description",
     "nadiki",
 )
 SERIES_FIELDS = ("file", "column", "missing", "outside", "fallback")
+API_FIELDS = (
+    "provider",
+    "zone",
+    "region",
+    "postcode",
+    "region_id",
+    "url",
+    "token_file",
+    "token_env",
+    "refresh_s",
+    "timeout_s",
+    "max_age_s",
+    "forecast",
+    "history_hours",
+    "fallback",
+)
+# Where each provider's place goes: Electricity Maps calls it a zone, WattTime a region, the UK
+# API a postcode or a region id (neither: national).
+API_PLACE_FIELDS = {
+    "electricity_maps": ("zone",),
+    "watttime": ("region",),
+    "uk_carbon_intensity": ("postcode", "region_id"),
+}
+SECRET_WORDS = ("token", "password", "api_key", "apikey", "auth_token", "username", "secret")
 SERVER_FIELDS = ("embodied_kg", "lifetime_years", "description")
 NADIKI_FIELDS = ("facility", "facility_file", "racks")
 # FacilityResponse properties (../shared/nadiki/facility-api.spec.yaml); the rest are accepted and unused.
@@ -434,9 +461,15 @@ def _parse_location(value: Any, path: str, check: Checker) -> Location | None:
 def _parse_carbon(
     body: Mapping[str, Any], path: str, check: Checker, base_dir: Path | None
 ) -> CarbonIntensitySource | None:
-    if "carbon_intensity" in body and "carbon_series" in body:
-        check.problem(path, "give either carbon_intensity or carbon_series (with a fallback), not both")
+    given = [k for k in ("carbon_intensity", "carbon_series", "carbon_api") if k in body]
+    if len(given) > 1:
+        check.problem(
+            path,
+            f"give one of carbon_intensity, carbon_series or carbon_api (with a fallback), not {' and '.join(given)}",
+        )
         return None
+    if "carbon_api" in body:
+        return _parse_carbon_api(body.get("carbon_api"), f"{path}.carbon_api", check, base_dir)
     if "carbon_series" not in body:
         ci = check.number(body, "carbon_intensity", path, default=0.0, minimum=0.0)
         return ConstantIntensity(ci) if ci is not None else None
@@ -465,6 +498,115 @@ def _parse_carbon(
     if fallback is not None:
         source = WithFallback(source, ConstantIntensity(fallback, f"fallback {fallback:g} g/kWh"))
     return source
+
+
+def _parse_carbon_api(value: Any, path: str, check: Checker, base_dir: Path | None) -> CarbonIntensitySource | None:
+    """A live API source (``carbon_apis``), wrapped in its ``fallback`` when one is given."""
+    before = len(check.problems)
+    body = check.mapping(value, path)
+    if not body:
+        if isinstance(value, Mapping):
+            check.problem(path, "must name a provider")
+        return None
+    for key in body:
+        if key not in API_FIELDS and str(key).lower() in SECRET_WORDS:
+            check.problem(
+                f"{path}.{key}",
+                "secrets do not go in the site file: put it in a file (token_file) or an environment variable (token_env)",
+            )
+    check.unknown_keys(
+        {k: v for k, v in body.items() if str(k).lower() not in SECRET_WORDS or k in API_FIELDS}, API_FIELDS, path
+    )
+    provider = check.string(body, "provider", path, choices=PROVIDERS)
+    url = check.string(body, "url", path, default="")
+    if url:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            check.problem(f"{path}.url", f"must be an http:// or https:// URL, got {url!r}")
+        elif parts.username is not None or parts.password is not None:
+            check.problem(f"{path}.url", "must not carry credentials: use token_file or token_env")
+    refresh = check.number(body, "refresh_s", path, default=900.0, exclusive_minimum=0.0)
+    timeout = check.number(body, "timeout_s", path, default=10.0, exclusive_minimum=0.0, maximum=300.0)
+    max_age = check.number(body, "max_age_s", path, default=7200.0, exclusive_minimum=0.0)
+    history = check.number(body, "history_hours", path, default=24.0, minimum=0.0, maximum=168.0)
+    forecast = check.boolean(body, "forecast", path, default=True)
+    fallback = check.number(body, "fallback", path, default=None, minimum=0.0)
+    if refresh is not None and max_age is not None and max_age < refresh:
+        check.problem(
+            f"{path}.max_age_s", f"must be >= refresh_s ({refresh:g}): the data would expire between refreshes"
+        )
+    if provider is None:
+        return None
+    places = API_PLACE_FIELDS[provider]
+    for key in {f for fields in API_PLACE_FIELDS.values() for f in fields} - set(places):
+        if key in body:
+            check.problem(f"{path}.{key}", f"is not a field of {provider} (its place: {' or '.join(places)})")
+    zone = postcode = ""
+    region_id = 0
+    if provider == "uk_carbon_intensity":
+        postcode = check.string(body, "postcode", path, default="") or ""
+        region_id = check.integer(body, "region_id", path, minimum=1, default=0) or 0
+        if region_id > 17:
+            check.problem(f"{path}.region_id", f"must be a DNO region 1..17, got {region_id}")
+        if postcode and region_id:
+            check.problem(path, "give postcode or region_id, not both (neither: national)")
+        if postcode and not postcode.replace(" ", "").isalnum():
+            check.problem(f"{path}.postcode", f"must be an outward postcode such as RG10, got {postcode!r}")
+    else:
+        zone = check.string(body, places[0], path) or ""
+    if provider == "watttime" and history == 0 and not forecast:
+        check.problem(path, "history_hours 0 and forecast false leave nothing to fetch")
+    secret = _parse_secret(body, path, check, base_dir, PROVIDERS[provider].needs_secret, provider)
+    if len(check.problems) > before:
+        return None
+    assert refresh is not None and timeout is not None and max_age is not None and history is not None
+    settings = ApiSettings(
+        provider=provider,
+        url=url or PROVIDERS[provider].default_url,
+        zone=zone,
+        postcode=postcode.replace(" ", "").upper(),
+        region_id=region_id,
+        secret=secret,
+        refresh_s=refresh,
+        timeout_s=timeout,
+        max_age_s=max_age,
+        forecast=forecast,
+        history_hours=history,
+    )
+    source: CarbonIntensitySource = open_source(settings)
+    if fallback is not None:
+        source = WithFallback(source, ConstantIntensity(fallback, f"fallback {fallback:g} g/kWh"))
+    return source
+
+
+def _parse_secret(
+    body: Mapping[str, Any], path: str, check: Checker, base_dir: Path | None, needed: bool, provider: str
+) -> Secret | None:
+    """The credential's origin, checked readable now (it is read again at each use: rotation)."""
+    file = check.string(body, "token_file", path, default="") or ""
+    env = check.string(body, "token_env", path, default="") or ""
+    if not needed:
+        for key in ("token_file", "token_env"):
+            if key in body:
+                check.problem(f"{path}.{key}", f"{provider} needs no credential")
+        return None
+    if file and env:
+        check.problem(path, "give token_file or token_env, not both")
+        return None
+    if not file and not env:
+        what = "username:password" if provider == "watttime" else "the API token"
+        check.problem(path, f"{provider} needs a credential: token_file or token_env holding {what}")
+        return None
+    secret = Secret(file=str(_resolve(file, base_dir)) if file else "", env=env)
+    where = f"{path}.token_file" if file else f"{path}.token_env"
+    try:
+        value = secret.read()
+    except CarbonApiError as err:
+        check.problem(where, str(err))
+        return None
+    if provider == "watttime" and ":" not in value:
+        check.problem(where, f"{secret.origin} must hold username:password")
+    return secret
 
 
 def _parse_nadiki(value: Any, path: str, check: Checker, base_dir: Path | None) -> dict[str, Any]:

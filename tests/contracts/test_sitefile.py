@@ -202,7 +202,8 @@ BAD_SITES: list[Any] = [
     pytest.param({"site": {}}, "site: unknown field", id="a misspelt section"),
     pytest.param(
         site(carbon_intensity=5, carbon_series={"file": "c.csv"}),
-        "sites.north: give either carbon_intensity or carbon_series",
+        "sites.north: give one of carbon_intensity, carbon_series or carbon_api (with a fallback), "
+        "not carbon_intensity and carbon_series",
         id="two carbon signals",
     ),
     pytest.param(
