@@ -126,6 +126,13 @@ NODE_INFO = _m("node_info", "gauge", "Constant 1; labels name the node's site an
 # --- site factors ------------------------------------------------------------------------------
 SITE_PUE = _m("site_pue_ratio", "gauge", "Power usage effectiveness of the site.", L_SITE)
 SITE_CARBON = _m("site_grid_carbon_intensity_grams_per_kwh", "gauge", "Grid carbon intensity at the site now, gCO2e/kWh.", L_SITE)
+SITE_CARBON_AGE = _m(
+    "site_grid_carbon_intensity_age_seconds",
+    "gauge",
+    "Seconds since the site's carbon-intensity API last answered (sites with a carbon_api; +Inf before the first answer). "
+    "Past the source's max_age_s the intensity gauge shows the site's fallback, or is absent without one.",
+    L_SITE,
+)
 SITE_WUE = _m("site_wue_litres_per_kwh", "gauge", "Water usage effectiveness of the site, litres per kWh.", L_SITE)
 SITE_RENEWABLE = _m("site_renewable_share_ratio", "gauge", "Renewable share of the site's electricity, 0..1.", L_SITE)
 

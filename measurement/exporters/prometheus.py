@@ -22,6 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from joulesched.contracts import names as n
+from joulesched.contracts.carbon_apis import live_source
 from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, Snapshot
 from joulesched.policy.site import IntensityUnavailable, SiteCatalogue
 
@@ -157,6 +158,9 @@ class SiteFactors:
                 f.add(n.SITE_CARBON, (site.name,), site.carbon.at(self.clock()))
             except IntensityUnavailable as err:
                 log.warning("site %s: carbon intensity unavailable: %s", site.name, err)
+            live = live_source(site.carbon)
+            if live is not None:  # how old the live value is: stale data must show as such
+                f.add(n.SITE_CARBON_AGE, (site.name,), live.age())
             f.add(n.SITE_WUE, (site.name,), site.wue)
             f.add(n.SITE_RENEWABLE, (site.name,), site.renewable_share)
         server = self.catalogue.embodied(self.server_id or self.node)

@@ -94,3 +94,43 @@ def test_the_config_section() -> None:
     assert parse_agent_config({"sites": {"file": "/etc/joulesched/sites.yaml"}}).site_file == "/etc/joulesched/sites.yaml"
     with pytest.raises(ConfigError, match=r"sites\.path"):
         parse_agent_config({"sites": {"path": "x"}})
+
+
+def test_a_live_carbon_api_exports_its_intensity_and_age(tmp_path: Path) -> None:
+    from joulesched.contracts.carbon_apis import live_source
+    from tests.contracts.api_server import ApiServer, Clock, Reply, fixture, inline
+
+    server = ApiServer()
+    try:
+        down = {"now": False}
+        server.routes[r"/intensity/2018-01-20T12:\d\dZ/fw48h"] = lambda req: (
+            Reply(503, b"down for maintenance") if down["now"] else Reply(body=fixture("uk_national_fw48h.json"))
+        )
+        api = {"provider": "uk_carbon_intensity", "url": server.url, "history_hours": 0, "refresh_s": 600}
+        sites = {"sites": {"north": {"pue": 1.2, "carbon_api": {**api, "max_age_s": 1800, "fallback": 300}}}}
+        agent = build_agent(agent_config(tmp_path, "north", "", sites=sites), clock=FakeClock())
+        assert agent.site is not None
+        live = live_source(agent.site.catalogue.sites["north"].carbon)
+        assert live is not None
+        clock = Clock(1516449600.0 + 60)  # 2018-01-20T12:01Z, the fixture's time
+        live.clock, live.spawn = clock, inline  # a due refresh finishes before the scrape returns
+        agent.step()
+        factors = replace(agent.site, clock=clock)  # the time the gauge asks about
+
+        def scrape() -> str:
+            return generate_latest(make_registry(agent.latest_published, factors)).decode()
+
+        text = scrape()
+        assert 'joulesched_site_grid_carbon_intensity_grams_per_kwh{site="north"} 266.0' in text
+        assert 'joulesched_site_grid_carbon_intensity_age_seconds{site="north"} 0.0' in text
+        down["now"] = True
+        clock.advance(600)  # refresh due, fails: the last value with its age
+        text = scrape()
+        assert 'joulesched_site_grid_carbon_intensity_grams_per_kwh{site="north"} 266.0' in text
+        assert 'joulesched_site_grid_carbon_intensity_age_seconds{site="north"} 600.0' in text
+        clock.advance(1201)  # past max_age: the fallback, and the age says why
+        text = scrape()
+        assert 'joulesched_site_grid_carbon_intensity_grams_per_kwh{site="north"} 300.0' in text
+        assert 'joulesched_site_grid_carbon_intensity_age_seconds{site="north"} 1801.0' in text
+    finally:
+        server.close()
