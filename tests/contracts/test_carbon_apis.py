@@ -535,3 +535,17 @@ def test_a_bad_carbon_api_section_is_refused_with_its_path(doc: Any, message: st
     with pytest.raises(ConfigError) as info:
         parse_site_document(doc, "sites.yaml", base_dir=tmp_path)
     assert any(message in p for p in info.value.problems), info.value.problems
+
+
+def test_the_example_in_docs_carbon_md_is_a_valid_site_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "carbon.md").read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "em.token").write_text("t\n")
+    monkeypatch.setenv("WATTTIME_CREDENTIALS", "user:pw")
+    sites = parse_site_document(yaml.safe_load(example), "docs/carbon.md", base_dir=tmp_path).sites
+    assert {name: type(live_source(s.carbon)).__name__ for name, s in sites.items()} == {
+        "de-fra": "ElectricityMaps",
+        "ca-north": "WattTime",
+        "uk-south": "UkCarbonIntensity",
+    }

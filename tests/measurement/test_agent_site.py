@@ -132,5 +132,8 @@ def test_a_live_carbon_api_exports_its_intensity_and_age(tmp_path: Path) -> None
         text = scrape()
         assert 'joulesched_site_grid_carbon_intensity_grams_per_kwh{site="north"} 300.0' in text
         assert 'joulesched_site_grid_carbon_intensity_age_seconds{site="north"} 1801.0' in text
+        if shutil.which("promtool"):
+            check = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True)
+            assert check.returncode == 0, check.stdout + check.stderr
     finally:
         server.close()
