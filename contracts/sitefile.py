@@ -62,6 +62,7 @@ import orjson
 import yaml
 
 from joulesched.contracts.carbon_apis import PROVIDERS, ApiSettings, Secret, open_source
+from joulesched.contracts.carbon_apis.uk_grid import REGION_IDS
 from joulesched.contracts.documents import read_yaml
 from joulesched.contracts.errors import CarbonApiError, SeriesFileError
 from joulesched.policy.site import (
@@ -546,8 +547,10 @@ def _parse_carbon_api(value: Any, path: str, check: Checker, base_dir: Path | No
     if provider == "uk_carbon_intensity":
         postcode = check.string(body, "postcode", path, default="") or ""
         region_id = check.integer(body, "region_id", path, minimum=1, default=0) or 0
-        if region_id > 17:
-            check.problem(f"{path}.region_id", f"must be a DNO region 1..17, got {region_id}")
+        if region_id and region_id not in REGION_IDS:
+            check.problem(
+                f"{path}.region_id", f"must be a DNO region {REGION_IDS[0]}..{REGION_IDS[-1]}, got {region_id}"
+            )
         if postcode and region_id:
             check.problem(path, "give postcode or region_id, not both (neither: national)")
         if postcode and not postcode.replace(" ", "").isalnum():

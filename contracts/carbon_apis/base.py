@@ -93,6 +93,9 @@ def get_json(url: str, headers: Mapping[str, str], timeout_s: float) -> Any:
     watchdog.daemon = True
     watchdog.start()
     try:
+        conn.connect()
+        if expired.is_set():  # the deadline passed while connecting, before there was a socket to close
+            raise TimeoutError("connecting took the whole deadline")
         conn.request("GET", target, headers={"Accept": "application/json", "User-Agent": USER_AGENT, **headers})
         resp = conn.getresponse()
         body = bytearray()

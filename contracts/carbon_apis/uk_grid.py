@@ -44,6 +44,7 @@ from joulesched.contracts.carbon_apis.base import (
 from joulesched.contracts.errors import CarbonApiError
 
 DEFAULT_URL = "https://api.carbonintensity.org.uk"
+PERIOD_S = 1800.0  # the API's half-hour settlement periods
 REGION_IDS = range(1, 18)  # 1 North Scotland .. 14 South East England, 15 England, 16 Scotland, 17 Wales
 
 
@@ -109,6 +110,6 @@ class UkCarbonIntensity(LiveIntensity):
         batches = []
         if s.history_hours > 0:
             batches.append(self._get(f"{iso_minutes(now - s.history_hours * 3600.0)}/{iso_minutes(now)}"))
-        if s.forecast:
-            batches.append(self._get(f"{iso_minutes(now)}/fw48h"))
+        if s.forecast:  # from the start of the current half hour, so that now is always covered
+            batches.append(self._get(f"{iso_minutes(now // PERIOD_S * PERIOD_S)}/fw48h"))
         return batches

@@ -549,3 +549,11 @@ def test_the_example_in_docs_carbon_md_is_a_valid_site_file(tmp_path: Path, monk
         "ca-north": "WattTime",
         "uk-south": "UkCarbonIntensity",
     }
+
+
+def test_uk_forecast_is_asked_from_the_start_of_the_current_half_hour(server: ApiServer) -> None:
+    server.routes[r"/intensity/2018-01-20T12:00Z/fw48h"] = Reply(body=fixture("uk_national_fw48h.json"))
+    now = UK_NOW + 17 * 60  # 12:17
+    src = open_source(ApiSettings("uk_carbon_intensity", server.url, history_hours=0), clock=Clock(now))
+    assert src.at(now) == 266
+    assert server.paths() == ["/intensity/2018-01-20T12:00Z/fw48h"]
