@@ -673,6 +673,7 @@ class Health:
     catalogue: SiteCatalogue
     clock: Callable[[], float]
     role: str = "starting"  # leader | standby | starting
+    webhook: str = "not configured"
     last_loop: float = field(default_factory=time.monotonic)
     cache_synced: Callable[[], bool] = lambda: True
 
@@ -687,7 +688,13 @@ class Health:
         readable = any(not v.startswith("unavailable") for v in sites.values())
         synced = self.cache_synced() if self.role == "leader" else True
         ok = readable and synced and self.role in ("leader", "standby")
-        return ok, {"role": self.role, "site_data_readable": readable, "pods_synced": synced, "sites": sites}
+        return ok, {
+            "role": self.role,
+            "site_data_readable": readable,
+            "pods_synced": synced,
+            "webhook": self.webhook,
+            "sites": sites,
+        }
 
     def alive(self, stale_after: float) -> bool:
         return time.monotonic() - self.last_loop < stale_after
@@ -882,8 +889,16 @@ def run(args: argparse.Namespace) -> int:
     if webhook_at:
         from joulesched.extender.admission import WebhookServer
 
-        webhook = WebhookServer(*webhook_at, args.tls_cert, args.tls_key)
-        webhook.start()
+        missing = [f for f in (args.tls_cert, args.tls_key) if not os.path.isfile(f)]
+        if missing:
+            # The Secret is optional in deploy/: without it the controller still runs, and the
+            # webhook (failurePolicy Ignore) is off, which /readyz and this line say.
+            health.webhook = f"off: no certificate at {', '.join(missing)}"
+            log.warning("webhook not served: %s (docs/deferral.md: the webhook's certificate)", ", ".join(missing))
+        else:
+            webhook = WebhookServer(*webhook_at, args.tls_cert, args.tls_key)
+            webhook.start()
+            health.webhook = f"serving on {args.webhook_listen}"
     httpd = serve_http(*listen, health, metrics.registry, stale_after=3 * max(args.interval, args.retry_period) + 30)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
