@@ -75,16 +75,48 @@ def site_file(tmp_path: Path) -> tuple[Path, float]:
 
 
 class Deferrer(ManagedProcess):
-    def __init__(self, tmp: Path, name: str, site_file: Path, kubeconfig: Path, namespace: str, offset: float,
-                 *extra: str) -> None:
+    def __init__(
+        self, tmp: Path, name: str, site_file: Path, kubeconfig: Path, namespace: str, offset: float, *extra: str
+    ) -> None:
         self.port = free_port()
-        argv = [sys.executable, "-m", "joulesched.cli", "deferrer", "--site-file", str(site_file),
-                "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--interval", "1", "--step", "300",
-                "--listen", f"127.0.0.1:{self.port}", "--identity", name, "--lease-namespace", NAMESPACE,
-                "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5",
-                "--clock-offset", str(offset), *extra]
-        super().__init__(f"deferrer[{name}]", argv, tmp / f"deferrer-{name}.log",
-                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT)
+        argv = [
+            sys.executable,
+            "-m",
+            "joulesched.cli",
+            "deferrer",
+            "--site-file",
+            str(site_file),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            namespace,
+            "--interval",
+            "1",
+            "--step",
+            "300",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--identity",
+            name,
+            "--lease-namespace",
+            NAMESPACE,
+            "--lease-duration",
+            "4",
+            "--renew-deadline",
+            "3",
+            "--retry-period",
+            "0.5",
+            "--clock-offset",
+            str(offset),
+            *extra,
+        ]
+        super().__init__(
+            f"deferrer[{name}]",
+            argv,
+            tmp / f"deferrer-{name}.log",
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            cwd=REPO_ROOT,
+        )
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -105,8 +137,10 @@ class Deferrer(ManagedProcess):
         raise AssertionError(f"{want} not exported by {self.name}")
 
     def released(self) -> float:
-        return sum(self.metric("joulesched_deferrer_released_total", reason=r)
-                   for r in ("clean", "deadline", "expired", "no_forecast", "invalid"))
+        return sum(
+            self.metric("joulesched_deferrer_released_total", reason=r)
+            for r in ("clean", "deadline", "expired", "no_forecast", "invalid")
+        )
 
     def kill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
@@ -135,11 +169,24 @@ def no_lease(control_plane: ControlPlane):
     control_plane.kubectl("delete", "lease", LEASE, "-n", NAMESPACE, "--ignore-not-found")
 
 
-def gated_pod(cp: ControlPlane, name: str, ns: str, annotations: dict[str, str], gates: list[str] = (GATE,),
-              labels: dict[str, str] | None = None) -> None:
-    cp.create_pod(name, ns, cpu="100m", memory="64Mi", annotations=annotations, labels=labels,
-                  node_selector={SITE_LABEL: "north"},
-                  spec_overrides={"schedulingGates": [{"name": g} for g in gates]} if gates else None)
+def gated_pod(
+    cp: ControlPlane,
+    name: str,
+    ns: str,
+    annotations: dict[str, str],
+    gates: list[str] = (GATE,),
+    labels: dict[str, str] | None = None,
+) -> None:
+    cp.create_pod(
+        name,
+        ns,
+        cpu="100m",
+        memory="64Mi",
+        annotations=annotations,
+        labels=labels,
+        node_selector={SITE_LABEL: "north"},
+        spec_overrides={"schedulingGates": [{"name": g} for g in gates]} if gates else None,
+    )
 
 
 def pod_gates(cp: ControlPlane, name: str, ns: str) -> list[str]:
@@ -171,8 +218,9 @@ def test_deferrer_rbac_is_what_it_needs_and_no_more(control_plane, deferrer_kube
     cp = control_plane
 
     def can(verb: str, resource: str, *extra: str) -> bool:
-        r = cp.kubectl("auth", "can-i", verb, resource, *extra, f"--as=system:serviceaccount:{NAMESPACE}:{SA}",
-                       check=False)
+        r = cp.kubectl(
+            "auth", "can-i", verb, resource, *extra, f"--as=system:serviceaccount:{NAMESPACE}:{SA}", check=False
+        )
         return r.stdout.strip().split(" ", 1)[0] == "yes"
 
     for verb in ("list", "watch", "patch"):
@@ -180,10 +228,16 @@ def test_deferrer_rbac_is_what_it_needs_and_no_more(control_plane, deferrer_kube
     assert can("create", "events", "-n", "default")
     assert can("get", f"leases.coordination.k8s.io/{LEASE}", "-n", NAMESPACE)
     assert can("update", f"leases.coordination.k8s.io/{LEASE}", "-n", NAMESPACE)
-    for verb, resource, *extra in [("get", "pods", "-A"), ("update", "pods", "-A"), ("delete", "pods", "-A"),
-                                   ("create", "pods/binding", "-A"), ("patch", "nodes"), ("get", "secrets", "-A"),
-                                   ("update", "leases.coordination.k8s.io/other", "-n", NAMESPACE),
-                                   ("create", "leases.coordination.k8s.io", "-n", "default")]:
+    for verb, resource, *extra in [
+        ("get", "pods", "-A"),
+        ("update", "pods", "-A"),
+        ("delete", "pods", "-A"),
+        ("create", "pods/binding", "-A"),
+        ("patch", "nodes"),
+        ("get", "secrets", "-A"),
+        ("update", "leases.coordination.k8s.io/other", "-n", NAMESPACE),
+        ("create", "leases.coordination.k8s.io", "-n", "default"),
+    ]:
         assert not can(verb, resource, *extra), (verb, resource)
 
 
@@ -206,8 +260,8 @@ def test_release_patch_is_refused_once_the_gate_is_gone(control_plane, e2e_names
 
 
 def test_held_until_the_clean_hour_across_kills_and_a_lease_takeover(
-        control_plane, deferrer_kubeconfig, site_file, deferrers, no_lease, e2e_namespace, node_factory,
-        scheduler_factory):
+    control_plane, deferrer_kubeconfig, site_file, deferrers, no_lease, e2e_namespace, node_factory, scheduler_factory
+):
     cp, ns = control_plane, e2e_namespace
     sites, clean = site_file
     node_factory(f"north-{uuid.uuid4().hex[:6]}", cpu="8", memory="16Gi", labels={SITE_LABEL: "north"})
@@ -250,8 +304,9 @@ def test_held_until_the_clean_hour_across_kills_and_a_lease_takeover(
     r2.kill()
     r3 = deferrers("r3", sites, deferrer_kubeconfig, ns, clean + 60 - time.time())
     _wait_until(lambda: bound(cp, ns, *waiting), 40, what="the waiting pods bound", proc=r3)
-    _wait_until(lambda: pod_gates(cp, "two-gates", ns) == [OTHER_GATE], 10, what="two-gates keeps its other gate",
-                proc=r3)
+    _wait_until(
+        lambda: pod_gates(cp, "two-gates", ns) == [OTHER_GATE], 10, what="two-gates keeps its other gate", proc=r3
+    )
     assert r3.metric("joulesched_deferrer_released_total", reason="clean") == len(held)
     assert r3.metric("joulesched_deferrer_deadlines_missed_total") == 0
     assert r3.metric("joulesched_deferrer_avoided_grams_total") > 0
@@ -263,7 +318,8 @@ def test_held_until_the_clean_hour_across_kills_and_a_lease_takeover(
 
 
 def test_two_active_controllers_release_each_pod_once(
-        control_plane, deferrer_kubeconfig, site_file, deferrers, e2e_namespace):
+    control_plane, deferrer_kubeconfig, site_file, deferrers, e2e_namespace
+):
     """Without the Lease (a split brain), two controllers on the same pods: the test op makes
     every release happen once."""
     cp, ns = control_plane, e2e_namespace
@@ -281,22 +337,47 @@ def test_two_active_controllers_release_each_pod_once(
 
 
 def test_webhook_gates_opting_in_pods_through_the_apiserver(
-        control_plane, deferrer_kubeconfig, site_file, deferrers, no_lease, e2e_namespace, tmp_path, node_factory,
-        scheduler_factory):
+    control_plane,
+    deferrer_kubeconfig,
+    site_file,
+    deferrers,
+    no_lease,
+    e2e_namespace,
+    tmp_path,
+    node_factory,
+    scheduler_factory,
+):
     cp, ns = control_plane, e2e_namespace
     sites, _ = site_file
-    crt, key = cp.pki.sign(f"deferrer-webhook-{uuid.uuid4().hex[:6]}", "/CN=joulesched-deferrer.joulesched.svc",
-                           server=True, sans=["IP:127.0.0.1"])
+    crt, key = cp.pki.sign(
+        f"deferrer-webhook-{uuid.uuid4().hex[:6]}",
+        "/CN=joulesched-deferrer.joulesched.svc",
+        server=True,
+        sans=["IP:127.0.0.1"],
+    )
     port = free_port()
-    d = deferrers("w", sites, deferrer_kubeconfig, ns, 0.0, "--webhook-listen", f"127.0.0.1:{port}",
-                  "--tls-cert", str(crt), "--tls-key", str(key))
+    d = deferrers(
+        "w",
+        sites,
+        deferrer_kubeconfig,
+        ns,
+        0.0,
+        "--webhook-listen",
+        f"127.0.0.1:{port}",
+        "--tls-cert",
+        str(crt),
+        "--tls-key",
+        str(key),
+    )
     _wait_until(lambda: d.role() == "leader", 30, what="the deferrer leads", proc=d)
     hook = yaml.safe_load((DEPLOY / "webhook.yaml").read_text())
     name = f"joulesched-deferrer-e2e-{uuid.uuid4().hex[:6]}"
     hook["metadata"] = {"name": name}
     for w in hook["webhooks"]:
-        w["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate",
-                             "caBundle": base64.b64encode(cp.pki.ca_crt.read_bytes()).decode()}
+        w["clientConfig"] = {
+            "url": f"https://127.0.0.1:{port}/mutate",
+            "caBundle": base64.b64encode(cp.pki.ca_crt.read_bytes()).decode(),
+        }
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(hook))
     try:
         node_factory(f"north-{uuid.uuid4().hex[:6]}", cpu="8", memory="16Gi", labels={SITE_LABEL: "north"})
@@ -316,10 +397,17 @@ def test_webhook_gates_opting_in_pods_through_the_apiserver(
         assert pod_gates(cp, "gated", ns) == [OTHER_GATE, GATE]
         assert pod_gates(cp, "no-label", ns) == [] and pod_gates(cp, "no-terms", ns) == []
         # malformed terms: created ungated, and kubectl shows the webhook's warning
-        bad = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": "bad", "namespace": ns, "labels": opt_in,
-                            "annotations": {"joulesched.io/max-delay-seconds": "soon"}},
-               "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+        bad = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "bad",
+                "namespace": ns,
+                "labels": opt_in,
+                "annotations": {"joulesched.io/max-delay-seconds": "soon"},
+            },
+            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+        }
         r = cp.kubectl("create", "-f", "-", input=yaml.safe_dump(bad))
         assert "joulesched.io/max-delay-seconds" in r.stderr and "Warning" in r.stderr, r.stderr
         assert pod_gates(cp, "bad", ns) == []
@@ -335,7 +423,21 @@ def test_webhook_gates_opting_in_pods_through_the_apiserver(
 def test_bad_site_file_is_an_error_naming_it(tmp_path, deferrer_kubeconfig):
     bad = tmp_path / "sites.yaml"
     bad.write_text("sites:\n  north:\n    carbon_series: {file: missing.csv}\n")
-    r = subprocess.run([sys.executable, "-m", "joulesched.cli", "deferrer", "--site-file", str(bad), "--kubeconfig",
-                        str(deferrer_kubeconfig)], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "joulesched.cli",
+            "deferrer",
+            "--site-file",
+            str(bad),
+            "--kubeconfig",
+            str(deferrer_kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+    )
     assert r.returncode == 2 and "missing.csv" in r.stderr, r.stderr

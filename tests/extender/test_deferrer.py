@@ -35,7 +35,10 @@ T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 # north: 300 g/kWh for hours 0-5, 100 for hours 6-8, 400 after; south: flat 250
 NORTH = IntensitySeries.regular(T0, H, [300] * 6 + [100] * 3 + [400] * 39, outside="error")
 CATALOGUE = SiteCatalogue(
-    sites={"north": SiteModel("north", pue=1.5, carbon=NORTH), "south": SiteModel("south", carbon=ConstantIntensity(250.0))}
+    sites={
+        "north": SiteModel("north", pue=1.5, carbon=NORTH),
+        "south": SiteModel("south", carbon=ConstantIntensity(250.0)),
+    }
 )
 OTHER_GATE = {"name": "example.com/quota"}
 
@@ -93,8 +96,15 @@ class FakeApi:
         self.events.append((pod["metadata"]["name"], type_, reason, message))
 
 
-def make_pod(name: str, annotations: dict[str, str], *, created: float = T0, gates: list[dict[str, str]] | None = None,
-             site: str | None = None, cpu: str = "2") -> dict[str, Any]:
+def make_pod(
+    name: str,
+    annotations: dict[str, str],
+    *,
+    created: float = T0,
+    gates: list[dict[str, str]] | None = None,
+    site: str | None = None,
+    cpu: str = "2",
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "schedulingGates": [{"name": GATE}] if gates is None else gates,
         "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
@@ -103,8 +113,13 @@ def make_pod(name: str, annotations: dict[str, str], *, created: float = T0, gat
         spec["nodeSelector"] = {"joulesched.io/site": site}
     created_text = datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
-        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "creationTimestamp": created_text,
-                     "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "creationTimestamp": created_text,
+            "annotations": annotations,
+        },
         "spec": spec,
     }
 
@@ -127,8 +142,14 @@ def run_until(d: Deferrer, api: FakeApi, clock: Clock, end: float, every: float 
 
 def test_held_until_the_clean_hour_then_released_once_keeping_other_gates() -> None:
     api, clock = FakeApi(), Clock(T0)
-    api.add(make_pod("a", {MAX_DELAY_ANNOTATION: str(12 * H), RUNTIME_ANNOTATION: str(2 * H)}, site="north",
-                       gates=[OTHER_GATE, {"name": GATE}]))
+    api.add(
+        make_pod(
+            "a",
+            {MAX_DELAY_ANNOTATION: str(12 * H), RUNTIME_ANNOTATION: str(2 * H)},
+            site="north",
+            gates=[OTHER_GATE, {"name": GATE}],
+        )
+    )
     d = deferrer(api, clock)
     out = d.tick(api.snapshot())
     assert [(o.reason, o.released) for o in out] == [("hold", False)]
@@ -181,7 +202,9 @@ def test_bad_terms_release_at_once_with_a_warning_naming_why(annotations: dict[s
 def test_latest_start_is_never_passed_and_misses_stay_zero() -> None:
     # deadline 5 h, runtime 2 h: the clean hours (6-9) are out of reach; latest start is 3 h
     api, clock = FakeApi(), Clock(T0)
-    api.add(make_pod("late", {DEADLINE_ANNOTATION: "2026-01-01T05:00:00Z", RUNTIME_ANNOTATION: str(2 * H)}, site="north"))
+    api.add(
+        make_pod("late", {DEADLINE_ANNOTATION: "2026-01-01T05:00:00Z", RUNTIME_ANNOTATION: str(2 * H)}, site="north")
+    )
     d = deferrer(api, clock)
     run_until(d, api, clock, T0 + 4 * H)
     assert api.patches == [("ns", "late")]
@@ -272,15 +295,31 @@ def test_pod_sites_reads_selector_and_required_affinity() -> None:
         return {"spec": spec}
 
     def terms(*t: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": e} for e in t]}}}}
+        return {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": e} for e in t]
+                    }
+                }
+            }
+        }
 
     assert pod_sites(pod({})) is None
     assert pod_sites(pod({"nodeSelector": {label: "north"}})) == ("north",)
     assert pod_sites(pod(terms([{"key": label, "operator": "In", "values": ["north", "south"]}]))) == ("north", "south")
     # ORed terms: one without a site restriction allows any site
-    assert pod_sites(pod(terms([{"key": label, "operator": "In", "values": ["north"]}],
-                               [{"key": "zone", "operator": "In", "values": ["a"]}]))) is None
+    assert (
+        pod_sites(
+            pod(
+                terms(
+                    [{"key": label, "operator": "In", "values": ["north"]}],
+                    [{"key": "zone", "operator": "In", "values": ["a"]}],
+                )
+            )
+        )
+        is None
+    )
     both = {"nodeSelector": {label: "north"}, **terms([{"key": label, "operator": "In", "values": ["north", "south"]}])}
     assert pod_sites(pod(both)) == ("north",)
     source, _ = forecast_for(CATALOGUE, ("north", "south"))
@@ -363,13 +402,20 @@ def test_options_are_checked() -> None:
 
 
 def admission_review(pod: dict[str, Any], operation: str = "CREATE") -> bytes:
-    return json.dumps({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": operation,
-                    "namespace": "ns", "object": pod},
-    }).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": operation,
+                "namespace": "ns",
+                "object": pod,
+            },
+        }
+    ).encode()
 
 
 def patch_of(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -392,8 +438,10 @@ def test_webhook_adds_the_gate_to_an_opting_in_pod() -> None:
 
 
 def test_webhook_leaves_other_pods_alone() -> None:
-    for pod in (make_pod("plain", {}, gates=[]),  # no deferral annotation
-                make_pod("done", {MAX_DELAY_ANNOTATION: "60"})):  # already gated
+    for pod in (
+        make_pod("plain", {}, gates=[]),  # no deferral annotation
+        make_pod("done", {MAX_DELAY_ANNOTATION: "60"}),
+    ):  # already gated
         answer = review(admission_review(pod))
         assert answer["response"] == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
     bad = make_pod("bad", {MAX_DELAY_ANNOTATION: "a while"}, gates=[])
@@ -410,8 +458,14 @@ def test_webhook_leaves_other_pods_alone() -> None:
     [
         (b"{", "not JSON"),
         (b"[]", "JSON object"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}).encode(), "admissionReviewVersions"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(), "request.uid"),
+        (
+            json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}).encode(),
+            "admissionReviewVersions",
+        ),
+        (
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}).encode(),
+            "request.uid",
+        ),
     ],
 )
 def test_webhook_rejects_what_is_not_an_admission_review(body: bytes, says: str) -> None:
@@ -426,3 +480,77 @@ def test_nan_free_messages() -> None:
     d = deferrer(api, clock)
     (out,) = d.tick(api.snapshot())
     assert "nan" not in out.message.lower() and math.isfinite(clock.t)
+
+
+# -- health and the command's checks -------------------------------------------------------------
+
+
+class Unavailable:
+    name = "broken feed"
+
+    def at(self, t: float) -> float:
+        from joulesched.policy.site import IntensityUnavailable
+
+        raise IntensityUnavailable("never read")
+
+    def integral(self, a: float, b: float) -> float:
+        return self.at(a)
+
+
+def test_readiness_names_the_role_and_what_each_site_says() -> None:
+    from joulesched.extender.deferrer import Health
+
+    h = Health(CATALOGUE, Clock(T0 + 6.5 * H))
+    assert h.ready()[0] is False  # starting: neither leader nor standby yet
+    h.role = "standby"
+    ok, doc = h.ready()
+    assert ok and doc["sites"] == {"north": "100 gCO2e/kWh", "south": "250 gCO2e/kWh"}
+    h.role, h.cache_synced = "leader", lambda: False
+    assert h.ready()[0] is False  # leads but has not listed the pods yet
+    dead = Health(SiteCatalogue(sites={"x": SiteModel("x", carbon=Unavailable())}), Clock(T0), role="standby")
+    ok, doc = dead.ready()
+    assert not ok and not doc["site_data_readable"] and doc["sites"]["x"].startswith("unavailable: never read")
+
+
+def test_missing_files_are_errors_naming_them(tmp_path: Any, capsys: Any) -> None:
+    from joulesched.extender.deferrer import main
+
+    assert main(["--site-file", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml: no such file" in capsys.readouterr().err
+    sites = tmp_path / "sites.yaml"
+    sites.write_text("sites:\n  a: {carbon_intensity: 100}\n")
+    assert main(["--site-file", str(sites), "--kubeconfig", str(tmp_path / "kc")]) == 2
+    assert "kc: no such file" in capsys.readouterr().err
+    sites.write_text("sites:\n  a: {carbon_intensity: lots}\n")
+    assert main(["--site-file", str(sites), "--kubeconfig", str(tmp_path / "kc")]) == 2
+    assert "sites.a.carbon_intensity" in capsys.readouterr().err
+
+
+def test_exposition_is_declared_in_names_and_passes_promtool() -> None:
+    import shutil
+    import subprocess
+
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from joulesched.contracts import names
+
+    api, clock = FakeApi(), Clock(T0 + 6 * H)
+    api.add(make_pod("a", {MAX_DELAY_ANNOTATION: str(12 * H), RUNTIME_ANNOTATION: "3600"}, site="north"))
+    d = deferrer(api, clock)
+    d.tick(api.snapshot())
+    text = generate_latest(d.metrics.registry)
+    declared = {m.name: m for m in names.METRICS}
+    seen = set()
+    for family in text_string_to_metric_families(text.decode()):
+        if family.name.endswith("_created"):  # prometheus-client's companion of each counter
+            continue
+        full = family.name + ("_total" if family.type == "counter" else "")
+        assert full in declared and declared[full].type == family.type, full
+        for sample in family.samples:
+            assert set(sample.labels) == set(declared[full].labels), (full, sample.labels)
+        seen.add(full)
+    assert seen == {m.name for m in names.METRICS if m.name.startswith("joulesched_deferrer_")}
+    if shutil.which("promtool"):
+        r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
+        assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), (r.stdout + r.stderr).decode()
