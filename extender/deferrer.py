@@ -602,10 +602,11 @@ class PodCache:
             return list(self._pods.values())
 
     def _list_call(self) -> Callable[..., Any]:
+        # Wrapped, not the bound method: kubernetes.watch finds no return type in a lambda's
+        # docstring and so skips building a V1Pod per event; the raw JSON is all this reads.
         if self.namespace:
             return lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw)
-        every: Callable[..., Any] = self.core.list_pod_for_all_namespaces
-        return every
+        return lambda **kw: self.core.list_pod_for_all_namespaces(**kw)
 
     def _run(self) -> None:
         from kubernetes import watch

@@ -313,6 +313,7 @@ def test_held_until_the_clean_hour_across_kills_and_a_lease_takeover(
     assert cp.pod_node("two-gates", ns) is None  # still held, by the other controller's gate
     # each pod released exactly once: one Event each, and the replicas' counters add up
     assert released_by_r1 + r3.released() == 6
+    assert r3.get("/healthz")[0] == 200
     events = deferrer_events(cp, ns)
     assert events == {**{n: ["Released"] for n in held}, "bad": ["InvalidDeferral"], "late": ["Released"]}
 
