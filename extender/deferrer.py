@@ -64,6 +64,7 @@ from joulesched.policy.deferral import (
 from joulesched.policy.demand import demand_from_pod
 from joulesched.policy.errors import PolicyError
 from joulesched.policy.site import CarbonIntensitySource, IntensityUnavailable, SiteCatalogue
+from joulesched.policy.units import JOULES_PER_KWH
 
 log = logging.getLogger(__name__)
 
@@ -280,36 +281,33 @@ class Deferrer:
                 message += f", {seen.baseline:.0f} had it started at submission"
         out = self._release(pod, decision.reason, message, decision)
         if out.released:
-            self._account(pod, terms, decision, seen, where, now)
+            released_mean = decision.now_mean
+            if not math.isfinite(released_mean):  # deadline and expired releases carry no means
+                released_mean = _run_mean(forecast, now, terms.runtime)
+            self._account(pod, terms, seen.baseline, released_mean, where, now)
         return out
 
     def _baseline(self, terms: Deferral, forecast: CarbonIntensitySource | None, decision: Decision) -> float:
-        if forecast is not None:
-            try:
-                run = max(terms.runtime, 1.0)
-                return forecast.integral(terms.submitted, terms.submitted + run) / run
-            except IntensityUnavailable:
-                pass
-        return decision.now_mean
+        at_submission = _run_mean(forecast, terms.submitted, terms.runtime)
+        return at_submission if math.isfinite(at_submission) else decision.now_mean
 
     def _account(
-        self, pod: Mapping[str, Any], terms: Deferral, decision: Decision, seen: _Seen, where: str, now: float
+        self, pod: Mapping[str, Any], terms: Deferral, baseline: float, released_mean: float, where: str, now: float
     ) -> None:
         # A miss is a release more than one tick past the latest start of a window that had one.
         if terms.latest_start >= terms.submitted and now > terms.latest_start + self.interval:
             self.metrics.missed.inc()
             log.error("%s/%s: released %.0f s after its latest start", *_key(pod), now - terms.latest_start)
-        if terms.runtime <= 0 or not (math.isfinite(seen.baseline) and math.isfinite(decision.now_mean)):
+        if terms.runtime <= 0 or not (math.isfinite(baseline) and math.isfinite(released_mean)):
             return
         try:
             cores = demand_from_pod(pod).cpu_cores
         except PolicyError:
             return
-        pue = 1.0
-        if where in self.catalogue.sites:
-            pue = self.catalogue.sites[where].pue
-        kwh = cores * self.watts_per_core * pue * terms.runtime / 3.6e6
-        grams = (seen.baseline - decision.now_mean) * kwh
+        site = self.catalogue.sites.get(where)  # one site; several (the lowest of them): PUE 1
+        pue = site.pue if site is not None else 1.0
+        kwh = cores * self.watts_per_core * pue * terms.runtime / JOULES_PER_KWH
+        grams = (baseline - released_mean) * kwh
         if grams >= 0:
             self.metrics.avoided.inc(grams)
         else:
@@ -345,6 +343,17 @@ class Deferrer:
             self.metrics.errors.labels("api").inc()
             log.warning("%s/%s: could not record the Event: %s", ns, name, err)
         return Outcome(ns, name, reason, True, message, decision)
+
+
+def _run_mean(forecast: CarbonIntensitySource | None, start: float, runtime: float) -> float:
+    """Mean forecast intensity of a run from ``start``; NaN where the forecast cannot say."""
+    if forecast is None:
+        return math.nan
+    run = max(runtime, 1.0)
+    try:
+        return forecast.integral(start, start + run) / run
+    except IntensityUnavailable:
+        return math.nan
 
 
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:

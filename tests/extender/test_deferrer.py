@@ -554,3 +554,52 @@ def test_exposition_is_declared_in_names_and_passes_promtool() -> None:
     if shutil.which("promtool"):
         r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=60)
         assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), (r.stdout + r.stderr).decode()
+
+
+def test_waiting_into_a_dirtier_hour_counts_as_added_not_avoided() -> None:
+    # created in the clean hours (100) but first seen at 9 h (the deferrer was down): every start
+    # left is at 400, so it goes now, 300 g/kWh dirtier than had it started at creation
+    api, clock = FakeApi(), Clock(T0 + 9 * H)
+    api.add(
+        make_pod(
+            "a",
+            {MAX_DELAY_ANNOTATION: str(5 * H), RUNTIME_ANNOTATION: "3600"},
+            created=T0 + 7 * H,
+            site="north",
+            cpu="4",
+        )
+    )
+    d = deferrer(api, clock)
+    (out,) = d.tick(api.snapshot())
+    assert out.released and out.reason == "clean"
+    kwh = 4 * 3.3 * 1.5 * H / 3.6e6
+    assert value(d, "joulesched_deferrer_added_grams_total") == pytest.approx(300 * kwh)
+    assert value(d, "joulesched_deferrer_avoided_grams_total") == 0
+
+
+def test_a_deadline_release_is_accounted_from_the_forecast() -> None:
+    # latest start 5 h (deadline 8 h, runtime 3 h): released then as "deadline", which carries no
+    # means of its own; the estimate takes the run's from the forecast: (300 - 500/3) g/kWh
+    api, clock = FakeApi(), Clock(T0)
+    api.add(
+        make_pod(
+            "d", {DEADLINE_ANNOTATION: "2026-01-01T08:00:00Z", RUNTIME_ANNOTATION: str(3 * H)}, site="north", cpu="1"
+        )
+    )
+    d = deferrer(api, clock, step=H, tolerance=0.0)  # no early release a minute before
+    run_until(d, api, clock, T0 + 5 * H + 120)
+    assert value(d, "joulesched_deferrer_released_total", {"reason": "deadline"}) == 1
+    kwh = 1 * 3.3 * 1.5 * 3 * H / 3.6e6
+    assert value(d, "joulesched_deferrer_avoided_grams_total") == pytest.approx((300 - 500 / 3) * kwh)
+    assert value(d, "joulesched_deferrer_deadlines_missed_total") == 0
+
+
+def test_a_pod_deleted_while_held_leaves_the_count() -> None:
+    api, clock = FakeApi(), Clock(T0)
+    api.add(make_pod("a", {MAX_DELAY_ANNOTATION: str(12 * H)}, site="north"))
+    d = deferrer(api, clock)
+    d.tick(api.snapshot())
+    assert value(d, "joulesched_deferrer_pods_held") == 1
+    api.pods.clear()
+    assert d.tick(api.snapshot()) == []
+    assert value(d, "joulesched_deferrer_pods_held") == 0 and not d._seen
