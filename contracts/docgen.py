@@ -44,6 +44,7 @@ _SECTIONS = (
     ("Server factors", ("server_",)),
     ("Agent: health", ("source_", "energy_anomalies", "energy_discarded", "measurement_windows")),
     ("Extender", ("extender_",)),
+    ("Deferrer", ("deferrer_",)),
 )
 
 _LABELS = {

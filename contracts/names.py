@@ -37,6 +37,10 @@ L_OWNER = "owner"
 L_WORKFLOW_RUN = "workflow_run"  # recording rules: Nextflow run name (pod label nextflow.io/runName)
 L_WORKFLOW_PROCESS = "workflow_process"  # recording rules: Nextflow process (nextflow.io/processName)
 
+# Node label naming a node's site (a key of the site file's ``sites``). The deferrer reads a pod's
+# site from a nodeSelector or required node affinity on it; a pod without one may run anywhere.
+SITE_LABEL = "joulesched.io/site"
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -182,5 +186,34 @@ EXT_NEUTRAL = _m(
 EXT_SOURCE_ERRORS = _m("extender_profile_source_errors_total", "counter", "Failed refreshes of the profile source.", L_SOURCE)
 EXT_PREDICTED_PODS = _m("extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured).")
 EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by filter, by reason.", L_REASON)
+
+# --- deferrer (joulesched deferrer: carbon-aware deferral through scheduling gates) --------------
+DEFER_HELD = _m("deferrer_pods_held", "gauge", "Pods carrying the joulesched.io/deferred gate that this replica holds.")
+DEFER_RELEASED = _m(
+    "deferrer_released_total",
+    "counter",
+    "Gates removed, by reason: clean (now is in the cleanest part of the window), deadline (latest start reached), "
+    "expired (deadline passed or runtime does not fit), no_forecast, invalid (malformed annotations).",
+    L_REASON,
+)
+DEFER_AVOIDED = _m(
+    "deferrer_avoided_grams_total",
+    "counter",
+    "Estimated gCO2e avoided by waiting: (mean intensity of the run had it started at submission - at its release) "
+    "x the pod's estimated energy (requested cores x watts per core x PUE x expected runtime).",
+)
+DEFER_ADDED = _m(
+    "deferrer_added_grams_total",
+    "counter",
+    "Estimated gCO2e added by waiting, where the run at release is dirtier than at submission (a deadline release "
+    "into a dirtier hour); net saving = avoided - added.",
+)
+DEFER_MISSED = _m(
+    "deferrer_deadlines_missed_total",
+    "counter",
+    "Pods released more than one interval after their latest start (deadline - expected runtime); must stay 0.",
+)
+DEFER_ERRORS = _m("deferrer_errors_total", "counter", "Failed API calls (api), lost races (conflict) and failed forecasts.", L_REASON)
+DEFER_LEADER = _m("deferrer_leader", "gauge", "1 while this replica holds the deferrer's Lease, 0 on standby.")
 
 METRICS: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))

@@ -2,7 +2,8 @@
 
 ``wire`` holds the protocol types, ``profiles`` the node-profile sources, ``predicted`` the
 predicted-load ledger, ``service`` the decisions, ``app`` the Flask routes, ``cli`` the
-gunicorn launcher.
+gunicorn launcher; ``deferrer`` and ``admission`` are ``joulesched deferrer`` (carbon-aware
+deferral through scheduling gates) and its mutating webhook.
 
 Error hierarchy (everything that reaches a client becomes an HTTP status with a JSON body;
 the classes are in ``extender/errors.py``)::
@@ -10,7 +11,9 @@ the classes are in ``extender/errors.py``)::
     ExtenderError                  root of every error the extender itself raises
     ├── WireError (ValueError)     a request body that is not a valid extender message → 400
     ├── BindDisabled               the bind verb is not enabled → 404
-    └── ExpanderError              ``joulesched expander``: bad input or settings → exit 2
+    ├── ExpanderError              ``joulesched expander``: bad input or settings → exit 2
+    ├── DeferrerError              ``joulesched deferrer``: bad input or settings → exit 2
+    └── admission.ReviewError      a webhook request that is not an AdmissionReview v1 → 400
 
     policy.PolicyError             from the policy layer, passed through unchanged
     ├── QuantityError              a pod field the policy cannot read (a bad quantity) → 400
@@ -23,6 +26,6 @@ Configuration errors stay :class:`policy.errors.ConfigError`, the one class ever
 launcher reports it the same way as the agent does.
 """
 
-from joulesched.extender.errors import BindDisabled, ExpanderError, ExtenderError, WireError
+from joulesched.extender.errors import BindDisabled, DeferrerError, ExpanderError, ExtenderError, WireError
 
-__all__ = ["BindDisabled", "ExpanderError", "ExtenderError", "WireError"]
+__all__ = ["BindDisabled", "DeferrerError", "ExpanderError", "ExtenderError", "WireError"]

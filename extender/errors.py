@@ -19,4 +19,8 @@ class ExpanderError(ExtenderError):
     """``joulesched expander``: bad input or settings (exit status 2)."""
 
 
-__all__ = ["BindDisabled", "ExpanderError", "ExtenderError", "WireError"]
+class DeferrerError(ExtenderError):
+    """``joulesched deferrer``: bad input or settings (exit status 2)."""
+
+
+__all__ = ["BindDisabled", "DeferrerError", "ExpanderError", "ExtenderError", "WireError"]

@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("joulesched.impact.cli", "main", "environmental impact of a namespace, selector or workflow run"),
     "rules": ("joulesched.impact.rules", "main", "write the Prometheus recording rules and the Grafana dashboard"),
     "expander": ("joulesched.extender.expander", "main", "write cluster-autoscaler's priority-expander ConfigMap from efficiency"),
+    "deferrer": ("joulesched.extender.deferrer", "main", "hold gated pods for their cleanest hour, release by deadline"),
     "bench": ("joulesched.extender.bench", "main", "benchmark the extender against a constant-score floor"),
 }
 

@@ -36,6 +36,7 @@ COPIES = {
     "files/dashboard.json": "prometheus/dashboard.json",
     "files/extender-config.yaml": "extender/config.yaml",
     "files/agent.yaml": "agent/base/agent.yaml",
+    "files/deferrer-sites.yaml": "deferrer/sites.yaml",
 }
 
 VALUES_FILES: dict[str, dict[str, Any]] = {
@@ -43,6 +44,7 @@ VALUES_FILES: dict[str, dict[str, Any]] = {
         "namespace": {"create": True},
         "gpu": {"enabled": True},
         "expander": {"enabled": True},
+        "deferrer": {"replicas": 3, "extraArgs": ["--interval=60"], "webhook": {"certManager": False}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "dashboard": {"enabled": True, "labelKey": "grafana_dashboard", "labelValue": "joulesched"},
@@ -57,6 +59,7 @@ VALUES_FILES: dict[str, dict[str, Any]] = {
         "commonLabels": {"app.kubernetes.io/part-of": "joulesched", "team": "platform"},
         "dashboard": {"labelKey": "grafana.io/dashboard", "labelValue": "energy"},
         "rules": {"configMap": {"enabled": False}},
+        "deferrer": {"webhook": {"enabled": False}},
     },
 }
 
@@ -256,6 +259,12 @@ def test_everything_on(helm, tmp_path):
     assert cfg["bind"] == {"enabled": True} and cfg["policy"]["strategy"] == "carbon"
     rules = objs[("ClusterRole", "", "joulesched-extender")]["rules"]
     assert {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]} in rules
+    # the deferrer: replicas, extra args after the shipped ones, the webhook without cert-manager
+    dfr = objs[("Deployment", NAMESPACE, "joulesched-deferrer")]
+    assert dfr["spec"]["replicas"] == 3 and pod_spec(dfr)["containers"][0]["args"][-1] == "--interval=60"
+    hook = objs[("MutatingWebhookConfiguration", "", "joulesched-deferrer")]
+    assert "annotations" not in hook["metadata"]
+    assert hook["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", NAMESPACE]
 
 
 def test_agent_off_and_custom_labels(helm, tmp_path):
@@ -267,6 +276,10 @@ def test_agent_off_and_custom_labels(helm, tmp_path):
     dash = objs[("ConfigMap", NAMESPACE, "joulesched-grafana-dashboard")]
     assert dash["metadata"]["labels"]["grafana.io/dashboard"] == "energy"
     assert "grafana_dashboard" not in dash["metadata"]["labels"]
+    # the deferrer without its webhook: no configuration, no webhook flags
+    assert ("MutatingWebhookConfiguration", "", "joulesched-deferrer") not in objs
+    args = pod_spec(objs[("Deployment", NAMESPACE, "joulesched-deferrer")])["containers"][0]["args"]
+    assert not [a for a in args if a.startswith(("--webhook", "--tls"))], args
 
 
 @pytest.mark.parametrize("kube_version,tag", [("v1.37.2", "v1.37.2"), ("v1.36.0", "v1.36.0"),
@@ -286,6 +299,7 @@ def test_scheduler_image_follows_the_cluster_version(helm, kube_version, tag):
     ("extender.image.pullPolicy=Sometimes", "/extender/image/pullPolicy"),
     ("scheduler.percentageOfNodesToScore=101", "/scheduler/percentageOfNodesToScore"),
     ("extenderReplicas=2", "additional properties"),
+    ("deferrer.replicas=0", "/deferrer/replicas"),
 ])
 def test_schema_rejects_bad_values(helm, bad, message):
     flag = "--set-string" if bad.startswith("agent.enabled") else "--set"

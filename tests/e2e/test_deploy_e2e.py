@@ -62,6 +62,8 @@ RBAC_FILES = [
     "scheduler/serviceaccount.yaml",
     "agent/base/rbac.yaml",
     "agent/base/serviceaccount.yaml",
+    "deferrer/rbac.yaml",
+    "deferrer/serviceaccount.yaml",
 ]
 
 
@@ -188,7 +190,8 @@ def test_kustomization_is_accepted_by_server_dry_run(control_plane, joulesched_n
     assert sorted(printed) == sorted(ref(o) for o in objs), printed
     for o in objs:  # every namespaced object lands in joulesched (or names its own namespace)
         ns = o["metadata"].get("namespace")
-        if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+        if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                             "MutatingWebhookConfiguration"):
             assert ns in (NAMESPACE, "kube-system"), f"{ref(o)} in namespace {ns!r}"
     # A dry run writes nothing: no workload or config object of this kustomization exists.
     # (The namespace and the RBAC objects are applied for real by other tests.)
