@@ -63,7 +63,7 @@ from joulesched.policy.deferral import (
 )
 from joulesched.policy.demand import demand_from_pod
 from joulesched.policy.errors import PolicyError
-from joulesched.policy.site import CarbonIntensitySource, IntensityUnavailable, SiteCatalogue
+from joulesched.policy.site import CarbonIntensitySource, IntensityUnavailable, SiteCatalogue, WithFallback
 from joulesched.policy.units import JOULES_PER_KWH
 
 log = logging.getLogger(__name__)
@@ -123,16 +123,29 @@ def pod_sites(pod: Mapping[str, Any], label: str = m.SITE_LABEL) -> tuple[str, .
     return None if allowed is None else tuple(sorted(allowed))
 
 
+def _forecast(source: CarbonIntensitySource) -> CarbonIntensitySource:
+    """A site's source as a forecast: its fallback constant is not one.
+
+    A site's ``fallback`` answers where its series or API cannot (scoring and reports must not
+    stop); for deferral that constant past the forecast's horizon would read as a prediction and
+    could hold a pod for an hour nobody forecast. Past the horizon the rule sees no candidate
+    instead, and a pod whose run now is not covered at all is released (``no_forecast``).
+    """
+    while isinstance(source, WithFallback):
+        source = source.primary
+    return source
+
+
 def forecast_for(catalogue: SiteCatalogue, sites: tuple[str, ...] | None) -> tuple[CarbonIntensitySource | None, str]:
-    """The intensity source for a pod that may run at ``sites`` (``None``: any), and its name."""
+    """The intensity forecast for a pod that may run at ``sites`` (``None``: any), and its name."""
     if sites is None:
-        sources = tuple(s.carbon for s in catalogue.sites.values())
+        sources = tuple(_forecast(s.carbon) for s in catalogue.sites.values())
         where = "any site"
     else:
         unknown = [s for s in sites if s not in catalogue.sites]
         if unknown or not sites:
             return None, f"site {', '.join(unknown) or '(none)'} is not in the site file"
-        sources = tuple(catalogue.sites[s].carbon for s in sites)
+        sources = tuple(_forecast(catalogue.sites[s].carbon) for s in sites)
         where = ", ".join(sites)
     if not sources:
         return None, "the site file has no sites"

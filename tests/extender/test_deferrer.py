@@ -603,3 +603,17 @@ def test_a_pod_deleted_while_held_leaves_the_count() -> None:
     api.pods.clear()
     assert d.tick(api.snapshot()) == []
     assert value(d, "joulesched_deferrer_pods_held") == 0 and not d._seen
+
+
+def test_a_sites_fallback_is_not_a_forecast() -> None:
+    # Past the series' end a fallback of 50 g/kWh answers scoring; the deferrer must not read it
+    # as a clean hour ahead and hold the pod for it.
+    from joulesched.policy.deferral import Deferral, decide
+    from joulesched.policy.site import WithFallback
+
+    short = IntensitySeries.regular(T0, H, [300.0] * 4, outside="error")
+    catalogue = SiteCatalogue(sites={"north": SiteModel("north", carbon=WithFallback(short, ConstantIntensity(50.0)))})
+    source, _ = forecast_for(catalogue, ("north",))
+    assert source is short
+    decision = decide(Deferral(T0, T0 + 12 * H, H), T0, source)
+    assert decision.release and decision.reason == "clean"
