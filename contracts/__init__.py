@@ -1,11 +1,15 @@
 """Shared contracts: metric names (``names``), the YAML reader (``documents``), site files and
-carbon-intensity series (``sitefile``), and the generated metrics reference (``docgen``).
+carbon-intensity series (``sitefile``), the NADIKI server objects (``nadiki``) and their
+reading back by a tenant (``nadiki_read``), and the generated metrics reference (``docgen``).
 
 Error hierarchy::
 
     ContractError                 root of the errors this package defines (``contracts/errors.py``)
-    └── SeriesFileError           a carbon-intensity series file has bad lines or fields (every
-                                  problem listed; a site file reports it as a ConfigError)
+    ├── SeriesFileError           a carbon-intensity series file has bad lines or fields (every
+    │                             problem listed; a site file reports it as a ConfigError)
+    └── NadikiReadError           the NADIKI registrar or time-series store (read back by the
+                                  tenant half, ``nadiki_read``) refused, is unreachable or
+                                  answered off-spec
 
     policy.errors.ConfigError     a document (config, site file) cannot be read, parsed or
                                   validated: what :func:`documents.read_yaml` and
@@ -16,6 +20,6 @@ documents are validated by :class:`policy.validate.Checker`, which raises it, an
 line reports it the same way; contracts does not wrap it in a class of its own.
 """
 
-from joulesched.contracts.errors import ContractError, SeriesFileError
+from joulesched.contracts.errors import ContractError, NadikiReadError, SeriesFileError
 
-__all__ = ["ContractError", "SeriesFileError"]
+__all__ = ["ContractError", "NadikiReadError", "SeriesFileError"]

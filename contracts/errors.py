@@ -17,4 +17,9 @@ class SeriesFileError(ContractError):
         super().__init__(f"{path}: " + "; ".join(problems))
 
 
-__all__ = ["ContractError", "SeriesFileError"]
+class NadikiReadError(ContractError):
+    """Reading the NADIKI side back failed: the registrar or the time-series store refused,
+    is unreachable or answered something that is not what the spec or InfluxDB's API says."""
+
+
+__all__ = ["ContractError", "NadikiReadError", "SeriesFileError"]
