@@ -64,7 +64,7 @@ def render_table(report: Report) -> str:
 
 
 def _notes(report: Report) -> list[str]:
-    notes = []
+    notes = list(report.notes)
     t = report.total
     if t.missing_site:
         notes.append(

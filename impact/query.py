@@ -266,12 +266,18 @@ def resolve_pods(
     return pods, runs, owner_map
 
 
-def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float) -> Fetched:
-    """Read every series the indicators need for the steps ending at ``start + k·step`` (k ≥ 1)."""
+def step_ends(start: float, end: float, step: float) -> FloatArray:
+    """The ends ``start + k·step`` (k ≥ 1) of the whole steps of the range."""
     count = math.floor((end - start) / step + 1e-9)
     if count < 1:
         raise ReportError(f"the range ({end - start:g} s) is shorter than one step ({step:g} s)")
-    steps = start + step * np.arange(1, count + 1, dtype=np.float64)
+    return start + step * np.arange(1, count + 1, dtype=np.float64)
+
+
+def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float) -> Fetched:
+    """Read every series the indicators need for the steps ending at ``start + k·step`` (k ≥ 1)."""
+    steps = step_ends(start, end, step)
+    count = len(steps)
     pods, runs, owners = resolve_pods(prom, scope, start, end)
     window = f"{step:g}s"
     if pods is not None and not pods:
