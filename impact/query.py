@@ -146,7 +146,7 @@ class Scope:
             parts.append(f"Nextflow run {self.run}")
         if self.owner:
             parts.append(f"owner {self.owner}")
-        return ", ".join(parts)
+        return ", ".join(parts) or "every namespace"
 
 
 @dataclass

@@ -54,6 +54,7 @@ from joulesched.policy import tenant
 SERVER_LABEL = "joulesched.io/server-id"
 KSM_SERVER = ksm_label(SERVER_LABEL)  # label_joulesched_io_server_id
 UNATTRIBUTED = "<unattributed>"
+IDLE_SPLIT = "cpu-time"  # the report's idle policy: the VM's energy, idle included, split by CPU time
 CPU_SECONDS = "container_cpu_usage_seconds_total"
 
 
@@ -215,7 +216,7 @@ def fetch_tenant(
         in_scope, runs, owners = resolve_pods(prom, scope, start, end)
         if in_scope is None:  # a namespace alone
             in_scope = {(ns, pod) for _, ns, pod in cpu if ns == scope.namespace}
-    policy = inputs.share
+    policy = IDLE_SPLIT
     count = len(steps)
     pods: dict[tuple[str, str, str, str], FloatArray] = {}
     for node in sorted(node_server):
@@ -228,7 +229,7 @@ def fetch_tenant(
         if in_scope is None and np.nansum(unattributed) > 0:
             pods[(node, UNATTRIBUTED, UNATTRIBUTED, policy)] = unattributed
     if not pods:
-        raise ReportError(f"no pod of {scope.describe() or 'the cluster'} ran on a VM node with a server id")
+        raise ReportError(f"no pod of {scope.describe()} ran on a VM node with a server id")
     ones = np.ones(count)
     info = {(node, "", srv): ones for node, srv in node_server.items()}
     factors: dict[str, dict[str, FloatArray]] = {
@@ -241,7 +242,7 @@ def fetch_tenant(
         notes.append("note: no --intensity: CO2e is not computed (give the grid's gCO2e/kWh)")
     data = Fetched(steps, step, pods, vm_joules, info, factors, {}, {}, owners, runs)
     for node, share in sorted(shares.items()):
-        how = "vCPUs over the server's logical CPUs" if policy == "vcpu" else "the provider's figure"
+        how = "vCPUs over the server's logical CPUs" if inputs.share == "vcpu" else "the provider's figure"
         notes.append(f"note: node {node} is {share:.4g} of server {node_server[node]} ({how})")
     return TenantFetched(data, notes, vm_joules, server_joules, shares)
 
