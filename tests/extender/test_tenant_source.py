@@ -125,3 +125,10 @@ def test_the_config_names_every_missing_setting(tmp_path: Path) -> None:
     doc = {"registrar_url": "http://r", "influx_url": "http://i", "database": "d", "password_file": str(empty)}
     with pytest.raises(ConfigError, match="password_file: the file is empty"):
         TenantSource(parse_config({"profiles": {"source": "tenant", "tenant": doc}}, "t").tenant)
+
+
+def test_the_extender_builds_the_tenant_source_from_its_config(side: Provider) -> None:
+    from joulesched.extender.app import make_source
+
+    source = make_source(parse_config(config(side), "t"))
+    assert isinstance(source, TenantSource) and source.name == "tenant"

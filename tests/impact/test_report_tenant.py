@@ -252,3 +252,18 @@ def test_what_cannot_be_computed_is_refused_with_the_reason(
     )
     assert code == 1
     assert message in capsys.readouterr().err
+
+
+def test_steps_without_the_servers_windows_are_gaps_named_in_the_notes(
+    world: tuple[Provider, PrometheusServer, str], tmp_path: Path
+) -> None:
+    """The provider's first whole window starts at T0 + 30 s: the steps up to T0 + 60 s lack one."""
+    side, prom, server_id = world
+    out = tmp_path / "gaps.json"
+    args = ["--tenant", "--prometheus", prom.url, "--registrar", side.registrar_url, "--influx", side.influx.url]
+    args += ["--database", BUCKET, "--start", str(T0 - 300), "--end", str(T0 + 600), "--format", "json", "-o", str(out)]
+    assert report_cli.main(args) == 0
+    doc = json.loads(out.read_text())
+    assert f"note: server {server_id}: 6 of 15 steps lack a window of its energy" in " ".join(doc["notes"])
+    server = HOST.counter(T0 + 600) - HOST.counter(T0 + 60)
+    assert sum(r["it_kwh"] for r in doc["rows"]) * 3.6e6 == pytest.approx(0.75 * server, rel=1e-3)
