@@ -100,6 +100,31 @@ def step_energy(
     return out
 
 
+def span_energy(
+    window_starts: Sequence[float] | FloatArray,
+    window_joules: Sequence[float] | FloatArray,
+    granularity: float,
+    t0: float,
+    t1: float,
+) -> float:
+    """The server's joules over ``[t0, t1]``: each window overlapping it × the overlapped fraction.
+
+    Within a window the power is taken as constant (the provider pushed nothing finer). NaN when
+    a window overlapping the span is missing.
+    """
+    g = float(granularity)
+    if not (g > 0 and t1 > t0):
+        raise ShareError(f"span [{t0}, {t1}] or window {g} s is empty")
+    by_index = {round(s / g): float(j) for s, j in zip(window_starts, window_joules, strict=True)}
+    total = []
+    for k in range(math.floor(t0 / g), math.ceil(t1 / g)):
+        if k not in by_index:
+            return math.nan
+        overlap = min(t1, (k + 1) * g) - max(t0, k * g)
+        total.append(by_index[k] * overlap / g)
+    return math.fsum(total)
+
+
 def counter_increase(
     times: Sequence[float], values: Sequence[float], edges: Sequence[float] | FloatArray
 ) -> FloatArray:
@@ -180,6 +205,7 @@ __all__ = [
     "counter_increase",
     "provider_share",
     "server_power_model",
+    "span_energy",
     "split_by_cpu",
     "step_energy",
     "utilisation_on_line",
