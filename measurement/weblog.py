@@ -27,9 +27,11 @@ completed trace, else ``cpus``), and :func:`policy.workflow.split_over_tasks` sp
 segment over the tasks running in it; what no task ran in is ``outside_tasks`` (the head job,
 waits). The run's energy is the counters' difference over the window, and Σ tasks +
 ``outside_tasks`` equals it. These figures are the node's: tasks that ran on other machines
-(``hostname`` of another host) are listed with ``"here": false`` and no energy; with the
-Kubernetes executor, ``joulesched report --run NAME --by process`` gives each task pod's own
-energy from every node's agent.
+(``hostname`` of another host) are listed with ``"here": false`` and no energy. With the
+Kubernetes executor a task is a pod named by the trace's ``native_id``: when that pod ran on this
+node its row also carries ``pod_joules``, the agent's per-pod counter (the pod's attributed
+energy since the agent first saw it, at the run's end); ``joulesched report --run NAME --by
+process`` gives every task pod's own energy from every node's agent.
 """
 
 from __future__ import annotations
@@ -204,11 +206,27 @@ class WeblogRuns:
             self._finished.popitem(last=False)
         return HTTPStatus.OK, result
 
+    def _pod_energy(self) -> dict[str, tuple[str, float]]:
+        """Pod name (and UID) -> (namespace/name, joules since the agent first saw it), from the latest sample."""
+        snapshot = self.sampler.latest
+        out: dict[str, tuple[str, float]] = {}
+        for pod in snapshot.pods if snapshot is not None else ():
+            entry = (
+                f"{pod.namespace}/{pod.name}" if pod.namespace else pod.name,
+                sum(pod.energy_joules_total.values()),
+            )
+            out[pod.name] = entry
+            out.setdefault(pod.uid, entry)
+        return out
+
     def _per_task(self, run: _Run, first: MeterRead, final: MeterRead, layout: Any) -> dict[str, Any]:
         reads = [first, *(r for r in run.reads if first.time <= r.time <= final.time), final]
         edges = [r.time for r in reads]
         joules = [window_energy(a, b, layout)["joules"]["node"] for a, b in itertools.pairwise(reads)]
         lo, hi = edges[0], edges[-1]
+        # Kubernetes executor: a task is a pod (its native_id the pod's name); when it ran on this
+        # node the agent's own per-pod counter is the task's energy, however the node was shared
+        pods = self._pod_energy()
         rows: list[dict[str, Any]] = []
         spans: list[tuple[float, float, float]] = []
         measured: list[int] = []
@@ -222,7 +240,7 @@ class WeblogRuns:
             start = max(lo, start if start is not None else lo)
             end = min(hi, end if end is not None else hi)
             weight = task.pcpu / 100.0 if task.pcpu else (task.cpus or 1.0)
-            here = not task.hostname or task.hostname in self.hostnames
+            here = not task.hostname or task.hostname in self.hostnames or task.native_id in pods
             rows.append(
                 {
                     "task_id": task.task_id,
@@ -246,6 +264,10 @@ class WeblogRuns:
         per_task, outside = split_over_tasks(edges, joules, spans)
         for row, value in zip((rows[i] for i in measured), per_task, strict=True):
             row["joules"] = value
+        for row in rows:
+            pod = pods.get(row["native_id"])
+            row["pod_joules"] = pod[1] if pod else None
+            row["pod"] = pod[0] if pod else None
         processes: dict[str, dict[str, Any]] = {}
         for row in rows:
             p = processes.setdefault(

@@ -140,6 +140,7 @@ def render_html(result: dict[str, Any], intensity: float | None = None) -> str:
             f"{r['seconds']:.1f}",
             f"{r['cores']:.2f}",
             _j(r["joules"]) if r["here"] else "not here",
+            _j(r.get("pod_joules")),
         ]
         + ([co2(r["joules"])] if intensity is not None else [])
         for r in rows
@@ -170,7 +171,8 @@ def render_html(result: dict[str, Any], intensity: float | None = None) -> str:
             "<p>The node's energy counters are read when the run starts, at every event Nextflow posts and when "
             "it ends. Each interval's energy is split over the tasks running in it, by time × the task's mean "
             "busy cores (Nextflow's %cpu); what no task ran in is 'outside tasks'. Tasks plus outside tasks "
-            "equal the run's energy.</p>",
+            "equal the run's energy. 'pod joules' is the agent's own counter of a task's pod (Kubernetes "
+            "executor) when the pod ran on this node.</p>",
             f"<ul>{notes}</ul>" if notes else "",
             "</body></html>",
         ]

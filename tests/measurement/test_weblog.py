@@ -298,3 +298,25 @@ def test_the_html_report_of_an_open_run_says_to_wait(
     send(running, EVENTS[0])
     assert weblog_report.main(["--agent", running.url, "--run", RUN_ID, "-o", str(tmp_path / "x.html")]) == 1
     assert "still running" in capsys.readouterr().err
+
+
+def test_a_task_pod_on_this_node_carries_the_agents_per_pod_energy(running: Running) -> None:
+    """Kubernetes executor: native_id is the task's pod; here the replica's pod (named by its UID
+    while the API is off), whose hostname is the pod's, not the node's."""
+    from tests.measurement.agent_server_support import POD
+
+    running.agent.step()
+    plan = two_process_run(running.clock.now)
+    for _, events in plan:
+        for e in events:
+            if e.get("trace", {}).get("task_id") == 3:
+                e["trace"].update(native_id=POD, hostname="nf-3f2a9c-task")
+    result = drive(running, plan)
+    rows = {row["name"]: row for row in result["task_rows"]}
+    snapshot = running.agent.sampler.latest
+    assert snapshot is not None
+    (pod,) = [p for p in snapshot.pods if p.uid == POD]
+    assert rows["MULTIQC (3)"]["here"] is True and rows["MULTIQC (3)"]["pod"] == POD
+    assert rows["MULTIQC (3)"]["pod_joules"] == pytest.approx(sum(pod.energy_joules_total.values()))
+    assert rows["MULTIQC (3)"]["pod_joules"] > 0
+    assert rows["FASTQC (1)"]["pod_joules"] is None  # its native_id names no pod on this node
