@@ -7,6 +7,7 @@ ends. Without the binary, tests skip — except under CI, where a missing prereq
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import urllib.error
 import urllib.parse
@@ -33,6 +34,7 @@ bind-address = "127.0.0.1:{rpc}"
   bind-address = "127.0.0.1:{http}"
   log-enabled = false
   max-row-limit = 0
+  auth-enabled = {auth}
 [monitor]
   store-enabled = false
 [continuous_queries]
@@ -41,28 +43,43 @@ bind-address = "127.0.0.1:{rpc}"
 
 
 class InfluxServer:
-    def __init__(self, workdir: Path) -> None:
+    """``credentials``: start with authentication on and that admin user (InfluxDB lets the
+    first user be created without credentials); every request of the fixture then sends them."""
+
+    def __init__(self, workdir: Path, credentials: tuple[str, str] | None = None) -> None:
         self.binary = support.require("influxd", "hack/test.sh installs Debian's influxdb package")
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        (workdir / "influxdb.conf").write_text(CONFIG.format(rpc=free_port(), http=self.port, dir=workdir))
+        auth = "true" if credentials else "false"
+        (workdir / "influxdb.conf").write_text(CONFIG.format(rpc=free_port(), http=self.port, dir=workdir, auth=auth))
+        self.credentials: tuple[str, str] | None = None  # set once the user exists
         self.workdir = workdir
         self.log = (workdir / "influxd.log").open("wb")
         self.proc = subprocess.Popen(
             [self.binary, "-config", str(workdir / "influxdb.conf")], stdout=self.log, stderr=self.log
         )
         self._wait_ready()
+        if credentials:
+            user, password = credentials
+            self.query(f"CREATE USER \"{user}\" WITH PASSWORD '{password}' WITH ALL PRIVILEGES")
+            self.credentials = credentials
 
     def _wait_ready(self) -> None:
         support.wait_ready(self.proc, f"{self.url}/ping", self.workdir / "influxd.log", "influxd")
 
     def query(self, influxql: str, database: str = "") -> dict[str, Any]:
         params = urllib.parse.urlencode({"q": influxql, "db": database, "epoch": "s"})
-        request = urllib.request.Request(f"{self.url}/query", data=params.encode(), method="POST")
+        request = self._authorised(urllib.request.Request(f"{self.url}/query", data=params.encode(), method="POST"))
         with urllib.request.urlopen(request, timeout=10) as reply:
             answer: dict[str, Any] = orjson.loads(reply.read())
             return answer
+
+    def _authorised(self, request: urllib.request.Request) -> urllib.request.Request:
+        if self.credentials:
+            token = base64.b64encode(":".join(self.credentials).encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        return request
 
     def create_database(self, name: str) -> None:
         escaped = name.replace("\\", "\\\\").replace('"', '\\"')
@@ -72,7 +89,7 @@ class InfluxServer:
         """InfluxDB 1.x ``/write``: the body is line protocol, exactly as a v2 write carries it."""
         params = urllib.parse.urlencode({"db": database, "precision": precision})
         body = ("\n".join(lines) + "\n").encode()
-        request = urllib.request.Request(f"{self.url}/write?{params}", data=body, method="POST")
+        request = self._authorised(urllib.request.Request(f"{self.url}/write?{params}", data=body, method="POST"))
         try:
             with urllib.request.urlopen(request, timeout=10) as reply:
                 assert reply.status == 204, reply.status

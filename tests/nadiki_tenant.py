@@ -91,8 +91,10 @@ def push(influx: InfluxServer, client: RegistrarClient, host: Host, first: float
 
 
 @contextmanager
-def provider(workdir: Path, hosts: list[Host], first: float, last: float) -> Iterator[Provider]:
-    influx = InfluxServer(workdir / "influxdb")
+def provider(
+    workdir: Path, hosts: list[Host], first: float, last: float, credentials: tuple[str, str] | None = None
+) -> Iterator[Provider]:
+    influx = InfluxServer(workdir / "influxdb", credentials)
     try:
         influx.create_database(BUCKET)
         with RegistrarServer() as registrar:

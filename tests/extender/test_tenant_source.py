@@ -132,3 +132,19 @@ def test_the_extender_builds_the_tenant_source_from_its_config(side: Provider) -
 
     source = make_source(parse_config(config(side), "t"))
     assert isinstance(source, TenantSource) and source.name == "tenant"
+
+
+def test_influxdb_credentials_are_sent_and_a_refusal_is_named(tmp_path: Path) -> None:
+    """InfluxDB 1.x with authentication on: the password file's secret goes as HTTP Basic."""
+    with provider(tmp_path, [FRUGAL], T0 + 3.0, T0 + 600.0, credentials=("tenant", "s3cret")) as p:
+        good, bad = tmp_path / "good", tmp_path / "bad"
+        good.write_text("s3cret\n")
+        bad.write_text("guess\n")
+        clock = Clock(T0 + 600.0)
+        ok = TenantSource(parse_config(config(p, username="tenant", password_file=str(good)), "t").tenant, clock=clock)
+        assert len(ok.snapshot().profiles.nodes) == 1 and ok.errors == 0
+        refused = TenantSource(
+            parse_config(config(p, username="tenant", password_file=str(bad)), "t").tenant, clock=clock
+        )
+        snap = refused.snapshot()
+        assert refused.errors == 1 and "HTTP 401" in snap.error and "credentials were refused" in snap.error
