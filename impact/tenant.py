@@ -46,6 +46,7 @@ from joulesched.impact.query import (
     _quote,
     iso,
     ksm_label,
+    pod_labels,
     resolve_pods,
     step_ends,
 )
@@ -216,6 +217,8 @@ def fetch_tenant(
         in_scope, runs, owners = resolve_pods(prom, scope, start, end)
         if in_scope is None:  # a namespace alone
             in_scope = {(ns, pod) for _, ns, pod in cpu if ns == scope.namespace}
+    elif cpu:  # every pod: their owners and runs, for --by owner|run|process
+        runs, owners = pod_labels(prom, {(ns, pod) for _, ns, pod in cpu}, [], f"{max(1, round(end - start))}s", end)
     policy = IDLE_SPLIT
     count = len(steps)
     pods: dict[tuple[str, str, str, str], FloatArray] = {}

@@ -94,6 +94,12 @@ def exposition(server_id: str) -> str:
             },
             1.0,
         )
+    # kube-state-metrics' owners: shop's two pods belong to Deployment web through ReplicaSet web-5d
+    for pod_name in ("web-1", "web-2"):
+        owner = {"owner_kind": "ReplicaSet", "owner_name": "web-5d", "owner_is_controller": "true"}
+        om.gauge("kube_pod_owner", {"namespace": "shop", "pod": pod_name, "uid": f"uid-{pod_name}", **owner}, 1.0)
+    deployment = {"owner_kind": "Deployment", "owner_name": "web", "owner_is_controller": "true"}
+    om.gauge("kube_replicaset_owner", {"namespace": "shop", "replicaset": "web-5d", **deployment}, 1.0)
     for node, cpus in VCPUS.items():
         om.gauge("kube_node_status_capacity", {"node": node, "resource": "cpu", "unit": "core"}, cpus)
         labels = {"node": node, "label_kubernetes_io_hostname": node}
@@ -267,3 +273,16 @@ def test_steps_without_the_servers_windows_are_gaps_named_in_the_notes(
     assert f"note: server {server_id}: 6 of 15 steps lack a window of its energy" in " ".join(doc["notes"])
     server = HOST.counter(T0 + 600) - HOST.counter(T0 + 60)
     assert sum(r["it_kwh"] for r in doc["rows"]) * 3.6e6 == pytest.approx(0.75 * server, rel=1e-3)
+
+
+def test_rows_per_workload_follow_kube_state_metrics_owners(
+    world: tuple[Provider, PrometheusServer, str], tmp_path: Path
+) -> None:
+    every = report(world, tmp_path, "--by", "owner")
+    rows = {(r["namespace"], r["owner"]): r["it_kwh"] * 3.6e6 for r in every["rows"]}
+    assert rows[("shop", "ReplicaSet/web-5d")] == pytest.approx(expected("vm-a")["shop"], rel=0.01)
+    assert ("wf", "<none>") in rows  # a pod without a controller keeps its own row
+    scoped = report(world, tmp_path, "--owner", "Deployment/web", "--by", "owner")
+    (row,) = scoped["rows"]
+    assert row["owner"] == "ReplicaSet/web-5d" and row["pods"] == 2
+    assert row["it_kwh"] * 3.6e6 == pytest.approx(rows[("shop", "ReplicaSet/web-5d")], rel=1e-9)
