@@ -5,6 +5,7 @@ and scores VM nodes by the server their ``joulesched.io/server-id`` label names.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,16 +93,22 @@ def test_vm_nodes_are_scored_by_the_server_their_label_names(side: Provider) -> 
     assert by["vm-unknown"] == by["vm-plain"]  # neutral: no profile for them
 
 
-def test_a_registrar_that_is_down_keeps_the_last_profiles_and_counts_the_failure(side: Provider) -> None:
+def test_a_store_that_goes_away_keeps_the_last_profiles_and_counts_the_failure(side: Provider) -> None:
     clock = Clock(LAST)
     source = TenantSource(parse_config(config(side, cache_seconds=0), "t").tenant, clock=clock)
-    first = source.snapshot()
-    assert len(first.profiles.nodes) == 2
-    dead = TenantSource(
-        parse_config(config(side, influx_url="http://127.0.0.1:9", cache_seconds=0), "t").tenant, clock=clock
-    )
-    snap = dead.snapshot()
-    assert dead.errors == 1 and not snap.ready and "127.0.0.1:9" in snap.error
+    first = source.snapshot()  # the first load waits for the store
+    assert len(first.profiles.nodes) == 2 and first.error == ""
+    source.reader = InfluxReader("http://127.0.0.1:9", BUCKET)  # the store is gone
+    clock.tick(1.0)
+    assert source.snapshot() is first  # never waits: the refresh runs in the background
+    deadline = time.monotonic() + 10
+    while source.errors == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    snap = source.snapshot()
+    assert source.errors >= 1 and "127.0.0.1:9" in snap.error
+    assert snap.profiles == first.profiles and snap.loaded_at == first.loaded_at  # the last good ones, ageing
+    dead = TenantSource(parse_config(config(side, influx_url="http://127.0.0.1:9"), "t").tenant, clock=clock)
+    assert not dead.snapshot().ready and dead.errors == 1
 
 
 def test_a_server_without_windows_in_the_history_is_left_out(side: Provider, caplog: pytest.LogCaptureFixture) -> None:
