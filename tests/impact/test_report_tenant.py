@@ -191,9 +191,13 @@ def test_per_namespace_energy_is_the_servers_times_the_vms_share_split_by_cpu(
     want = {**expected("vm-a"), **expected("vm-b")}
     assert set(got) == set(want)  # vm-c's pod has no server: not in the report
     for ns, joules in want.items():
+        print(f"namespace {ns}: {got[ns]:.1f} J, expected {joules:.1f} J ({100 * (got[ns] / joules - 1):+.4f} %)")
         assert got[ns] == pytest.approx(joules, rel=0.01), ns
     # conservation: the namespaces add up to the VMs' shares of the server's true energy
     server = HOST.counter(END) - HOST.counter(START)
+    print(
+        f"sum {sum(got.values()):.1f} J, 0.75 × server {0.75 * server:.1f} J ({100 * (sum(got.values()) / (0.75 * server) - 1):+.5f} %)"
+    )
     assert sum(got.values()) == pytest.approx(0.75 * server, rel=1e-3)
     total = doc["total"]
     assert total["operational_gco2e"] == pytest.approx(total["it_kwh"] * 1.2 * 300, rel=1e-9)
