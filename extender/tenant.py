@@ -155,10 +155,11 @@ class TenantSource:
                 if self._last.version == 0:
                     self._refresh()
             return self._last
+        last = self._last  # what this call serves, whatever the refresh it starts does meanwhile
         if not self._refreshing.is_set():
             self._refreshing.set()
             threading.Thread(target=self._background, name="tenant-refresh", daemon=True).start()
-        return self._last
+        return last
 
     def _background(self) -> None:
         try:
