@@ -181,10 +181,10 @@ class TenantSource:
         try:
             profiles, skipped = self.read(now)
         except (NadikiReadError, OSError) as err:
-            self.errors += 1
-            log.warning("tenant source: keeping the last good profiles: %s", err)
             old = self._last
             self._last = replace(old, version=old.version + 1, error=str(err))
+            self.errors += 1  # after the snapshot that says why: a reader of the count finds it
+            log.warning("tenant source: keeping the last good profiles: %s", err)
             return
         for line in skipped:
             if line not in self._warned:
