@@ -26,4 +26,9 @@ class CarbonApiError(ContractError):
         super().__init__(message)
 
 
-__all__ = ["CarbonApiError", "ContractError", "SeriesFileError"]
+class NadikiReadError(ContractError):
+    """Reading the NADIKI side back failed: the registrar or the time-series store refused,
+    is unreachable or answered something that is not what the spec or InfluxDB's API says."""
+
+
+__all__ = ["CarbonApiError", "ContractError", "NadikiReadError", "SeriesFileError"]

@@ -50,6 +50,10 @@ def make_source(config: ExtenderConfig) -> ProfileSource:
         return PrometheusSource(
             config.prometheus_url, config.prometheus_cache_seconds, config.prometheus_timeout_seconds
         )
+    if config.source == "tenant":
+        from joulesched.extender.tenant import TenantSource
+
+        return TenantSource(config.tenant)
     return FileSource(config.file_path, config.file_reload_seconds)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from joulesched.contracts.documents import read_yaml
+from joulesched.extender.tenant import TenantConfig, check_tenant_config
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.validate import Checker, read_settings, setting
 
@@ -48,7 +49,7 @@ class ExtenderConfig:
     max_request_bytes: int = setting(
         32 * 1024 * 1024, "larger bodies get HTTP 413 before they are read", kind="number", minimum=1024
     )
-    source: str = setting("file", "where node profiles come from", key="profiles.source", choices=("file", "prometheus"))
+    source: str = setting("file", "where node profiles come from", key="profiles.source", choices=("file", "prometheus", "tenant"))
     file_path: str = setting(
         doc="YAML or JSON profile document (relative to the config file)",
         key="profiles.file.path",
@@ -72,6 +73,11 @@ class ExtenderConfig:
         "query timeout; only the very first load waits for it",
         key="profiles.prometheus.timeout_seconds",
         exclusive_minimum=0,
+    )
+    tenant: TenantConfig = setting(
+        doc="the NADIKI side: registrar and time-series store",
+        key="profiles.tenant",
+        factory=TenantConfig,
     )
     policy: PolicyConfig = setting(
         doc="strategy, band, neutral score, freshness, power cap",
@@ -139,6 +145,8 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         check.problem("profiles.prometheus.url", "is required when profiles.source is prometheus")
     if prom_url and not prom_url.startswith(("http://", "https://")):
         check.problem("profiles.prometheus.url", f"must be an http:// or https:// URL, got {prom_url!r}")
+    if config.source == "tenant":
+        check_tenant_config(config.tenant, "profiles.tenant", check)
     check.raise_if_any()
     return config
 

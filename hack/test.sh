@@ -9,10 +9,11 @@ root=$(pwd)
 log() { printf '\n== %s\n' "$*"; }
 
 # 1. System packages the tests run for real: Prometheus and promtool, etcd for the
-#    kube-apiserver, ipmitool and freeipmi against a simulated BMC, openssl for certificates,
+#    kube-apiserver, ipmitool and freeipmi against a simulated BMC, InfluxDB 1.x (the NADIKI
+#    time-series store read back in tenant mode), openssl for certificates,
 #    podman (with runc) and mmdebstrap to build and run the images (tests/deploy/test_image.py).
 declare -A provides=([prometheus]=prometheus [promtool]=prometheus [etcd]=etcd-server
-                     [ipmitool]=ipmitool [ipmi-dcmi]=freeipmi-tools [openssl]=openssl
+                     [ipmitool]=ipmitool [ipmi-dcmi]=freeipmi-tools [influxd]=influxdb [openssl]=openssl
                      [podman]=podman [runc]=runc [mmdebstrap]=mmdebstrap)
 missing=()
 for binary in "${!provides[@]}"; do
@@ -25,7 +26,8 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Debian starts a system Prometheus on :9090 when it installs it; the tests start their own.
+# Debian starts a system Prometheus on :9090 (and InfluxDB on :8086) when it installs them; the
+# tests start their own.
 
 # 2. The project and its test tools in .venv.
 if [ ! -x .venv/bin/python ]; then

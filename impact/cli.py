@@ -28,6 +28,14 @@ SCI is ``(operational + embodied) / R`` with R the scope's functional units: the
 range, the Nextflow runs among its pods, or a number of requests (given, or a PromQL query whose
 ``{range}`` is replaced by the range, e.g. ``sum(increase(http_requests_total[{range}]))``).
 Each row shows its part of the scope's SCI, so the rows add up to the total.
+
+Tenant mode (``--tenant``: a cluster of VMs, no joulesched agent on its nodes) reads the
+servers' energy from the NADIKI side instead — the provider's time-series store and the
+registrar — and the pods' CPU from cAdvisor and kube-state-metrics (:mod:`impact.tenant`)::
+
+    joulesched report --tenant --prometheus URL --registrar URL --influx URL --database DB
+        [--share vcpu|provider [--vm-share NODE=FRACTION ...]] [--intensity G] [--pue X]
+        [scope: every namespace when none is given] (--start T --end T | --last DURATION)
 """
 
 from __future__ import annotations
@@ -41,11 +49,14 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
 from joulesched.impact.errors import ReportError
 from joulesched.impact.output import render_chart, render_csv, render_table
 from joulesched.impact.query import Prometheus, Scope, fetch, iso
 from joulesched.impact.report import BY_CHOICES, Report, build_report
+from joulesched.impact.tenant import TenantInputs, fetch_tenant, parse_vm_shares
 from joulesched.policy import impact
+from joulesched.policy import tenant as tenant_policy
 
 # -- arguments -----------------------------------------------------------------------------------
 
@@ -128,12 +139,74 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="FILE", help="write the table/CSV/JSON here instead of stdout")
     p.add_argument("--chart", metavar="FILE.png", help="also draw IT power and cumulative CO2e over time")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="per Prometheus query (default 30)")
+    t = p.add_argument_group("tenant mode (VMs: energy from the NADIKI side, CPU from cAdvisor)")
+    t.add_argument("--tenant", action="store_true", help="read the servers' energy from the NADIKI side")
+    t.add_argument("--registrar", metavar="URL", help="NADIKI registrar API base (GET /servers/{id})")
+    t.add_argument("--registrar-token-file", metavar="FILE", help="bearer token for the registrar")
+    t.add_argument("--influx", metavar="URL", help="the provider's InfluxDB (1.x /query API)")
+    t.add_argument("--database", metavar="DB", help="InfluxDB database (or bucket)")
+    t.add_argument("--influx-user", default="", metavar="USER")
+    t.add_argument("--influx-password-file", metavar="FILE", help="file holding the InfluxDB password or token")
+    t.add_argument(
+        "--share",
+        choices=tenant_policy.SHARE_POLICIES,
+        default="vcpu",
+        help="a VM's share of its server: its vCPUs over the server's logical CPUs, or the provider's figure",
+    )
+    t.add_argument("--vm-share", action="append", default=[], metavar="NODE=FRACTION", help="the provider's figure")
+    t.add_argument("--threads-per-core", type=int, default=2, metavar="N", help="logical CPUs per physical core (2)")
+    t.add_argument("--intensity", type=float, metavar="G", help="grid carbon intensity, gCO2e/kWh")
+    t.add_argument("--pue", type=float, default=1.0, metavar="X", help="the facility's PUE (default 1.0)")
+    t.add_argument("--wue", type=float, metavar="L", help="water, litres per kWh")
     return p
+
+
+def _read_file(path: str | None, what: str) -> str:
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError as err:
+        raise ReportError(f"{what} {path}: {err.strerror or err}") from err
+
+
+def tenant_inputs(args: argparse.Namespace) -> TenantInputs:
+    missing = [
+        flag
+        for flag, value in (("--registrar", args.registrar), ("--influx", args.influx), ("--database", args.database))
+        if not value
+    ]
+    if missing:
+        raise ReportError(f"--tenant needs {', '.join(missing)}")
+    if args.vm_share and args.share != "provider":
+        raise ReportError("--vm-share is the provider's figure: give it with --share provider")
+    if args.intensity is not None and not (math.isfinite(args.intensity) and args.intensity >= 0):
+        raise ReportError(f"--intensity {args.intensity}: must be ≥ 0 gCO2e/kWh")
+    if not (math.isfinite(args.pue) and args.pue >= 1):
+        raise ReportError(f"--pue {args.pue}: must be ≥ 1")
+    if args.threads_per_core < 1:
+        raise ReportError("--threads-per-core must be ≥ 1")
+    return TenantInputs(
+        RegistrarReader(args.registrar, _read_file(args.registrar_token_file, "--registrar-token-file") or None),
+        InfluxReader(
+            args.influx,
+            args.database,
+            args.influx_user,
+            _read_file(args.influx_password_file, "--influx-password-file"),
+        ),
+        args.share,
+        parse_vm_shares(args.vm_share),
+        args.threads_per_core,
+        args.intensity,
+        args.pue,
+        args.wue,
+    )
 
 
 def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
     scope = Scope(args.namespace, args.selector, args.run, args.owner)
-    if not (scope.namespace or scope.selector or scope.run or scope.owner):
+    if not (scope.namespace or scope.selector or scope.run or scope.owner) and not args.tenant:
         raise ReportError("give a scope: --namespace, --selector, --run or --owner")
     step = parse_duration(args.step)
     if step != round(step):
@@ -150,7 +223,18 @@ def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
     if end <= start:
         raise ReportError(f"--end ({iso(end)}) must be after --start ({iso(start)})")
     by = args.by or ("process" if scope.run else "namespace")
-    data = fetch(prom, scope, start, end, step)
+    notes: list[str] = []
+    if args.tenant:
+        inputs = tenant_inputs(args)
+        aligned = math.ceil(start / step) * step  # the servers' windows are aligned on multiples of the step
+        if aligned != start:
+            notes.append(f"note: the range starts at {iso(aligned)}, the first multiple of the step")
+            start = aligned
+        fetched = fetch_tenant(prom, inputs, scope, start, end, step)
+        data = fetched.data
+        notes += fetched.notes
+    else:
+        data = fetch(prom, scope, start, end, step)
     seconds = float(data.steps[-1] - start)
     if args.per == "request":
         if args.requests is not None and args.requests_query:
@@ -173,7 +257,7 @@ def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
         units = impact.functional_units("run", runs=len(runs))
     else:
         units = impact.functional_units("hour", seconds=seconds)
-    return build_report(data, scope, start, by, args.per, units)
+    return build_report(data, scope, start, by, args.per, units, tuple(notes))
 
 
 def main(argv: Sequence[str] | None = None, *, now: Callable[[], float] = time.time) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 from joulesched.contracts import names as n
 from joulesched.impact.query import iso
 from joulesched.impact.report import GROUP_COLUMNS, Report
+from joulesched.impact.tenant import IDLE_SPLIT
 from joulesched.policy.impact import Totals
 
 # -- output -------------------------------------------------------------------------------------
@@ -64,14 +65,16 @@ def render_table(report: Report) -> str:
 
 
 def _notes(report: Report) -> list[str]:
-    notes = []
+    notes = list(report.notes)
     t = report.total
     if t.missing_site:
         notes.append(
             f"note: {t.missing_site} pod-steps had energy but no site factors (node without joulesched_node_info or site gauges): "
             "their facility energy, operational CO2e, water and renewable energy are not counted"
         )
-    if t.missing_embodied:
+    if t.missing_embodied and IDLE_SPLIT in report.idle_policies:
+        notes.append("note: tenant mode: embodied emissions are not computed (no server figure on the NADIKI side)")
+    elif t.missing_embodied:
         notes.append(
             f"note: {t.missing_embodied} pod-steps had energy but no embodied figure (server without "
             f"{n.SERVER_EMBODIED.name}/{n.SERVER_LIFETIME.name}): their embodied CO2e is not counted"

@@ -146,7 +146,7 @@ class Scope:
             parts.append(f"Nextflow run {self.run}")
         if self.owner:
             parts.append(f"owner {self.owner}")
-        return ", ".join(parts)
+        return ", ".join(parts) or "every namespace"
 
 
 @dataclass
@@ -240,10 +240,18 @@ def resolve_pods(
             found = {(_ns(r), _pod(r)) for r in rows}
         narrow(found)
     # run/process and owner of every pod in scope, for --by run|process|owner
+    if pods is not None and not pods:
+        return set(), {}, {}
+    runs, owner_map = pod_labels(prom, pods, ns, window, end)
+    return pods, runs, owner_map
+
+
+def pod_labels(
+    prom: Prometheus, pods: set[tuple[str, str]] | None, ns: list[str], window: str, end: float
+) -> tuple[dict[tuple[str, str], tuple[str, str]], dict[tuple[str, str], str]]:
+    """The Nextflow run/process and the controlling owner of each pod (those of ``ns`` when ``pods`` is None)."""
     pod_ns = [*ns]
     if pods is not None:
-        if not pods:
-            return set(), {}, {}
         pod_ns = [
             f"namespace=~{_quote(_alternation(p[0] for p in pods))}",
             f"pod=~{_quote(_alternation(p[1] for p in pods))}",
@@ -263,15 +271,21 @@ def resolve_pods(
         (_ns(r), _pod(r)): f"{r['metric'].get('owner_kind', '')}/{r['metric'].get('owner_name', '')}"
         for r in owner_rows
     }
-    return pods, runs, owner_map
+    return runs, owner_map
+
+
+def step_ends(start: float, end: float, step: float) -> FloatArray:
+    """The ends ``start + k·step`` (k ≥ 1) of the whole steps of the range."""
+    count = math.floor((end - start) / step + 1e-9)
+    if count < 1:
+        raise ReportError(f"the range ({end - start:g} s) is shorter than one step ({step:g} s)")
+    return start + step * np.arange(1, count + 1, dtype=np.float64)
 
 
 def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float) -> Fetched:
     """Read every series the indicators need for the steps ending at ``start + k·step`` (k ≥ 1)."""
-    count = math.floor((end - start) / step + 1e-9)
-    if count < 1:
-        raise ReportError(f"the range ({end - start:g} s) is shorter than one step ({step:g} s)")
-    steps = start + step * np.arange(1, count + 1, dtype=np.float64)
+    steps = step_ends(start, end, step)
+    count = len(steps)
     pods, runs, owners = resolve_pods(prom, scope, start, end)
     window = f"{step:g}s"
     if pods is not None and not pods:

@@ -122,6 +122,7 @@ class Report:
     units: float
     series: dict[tuple[str, ...], tuple[FloatArray, FloatArray]]  # group -> (IT joules, CO2e grams) per step
     steps: FloatArray
+    notes: tuple[str, ...] = ()  # what the input could not give (gaps), and the policies it used
 
     def to_json(self) -> dict[str, Any]:
         def totals(t: Totals, pods: int) -> dict[str, Any]:
@@ -150,6 +151,7 @@ class Report:
             "sci": {"per": self.per, "functional_units": self.units},
             "rows": [{**dict(zip(columns, group, strict=True)), **totals(t, pods)} for group, pods, t in self.rows],
             "total": totals(self.total, self.pods),
+            "notes": list(self.notes),
         }
 
 
@@ -157,7 +159,9 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def build_report(data: Fetched, scope: Scope, start: float, by: str, per: str, units: float) -> Report:
+def build_report(
+    data: Fetched, scope: Scope, start: float, by: str, per: str, units: float, notes: tuple[str, ...] = ()
+) -> Report:
     pods = compute(data)
     groups: dict[tuple[str, ...], list[PodImpact]] = {}
     for pod in pods:
@@ -192,4 +196,5 @@ def build_report(data: Fetched, scope: Scope, start: float, by: str, per: str, u
         units,
         series,
         data.steps,
+        notes,
     )

@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "extender": ("joulesched.extender.cli", "main", "serve the scheduler extender (filter, prioritize, bind, explain)"),
     "agent": ("joulesched.measurement.cli", "agent_main", "run the node measurement agent"),
     "measure": ("joulesched.measurement.cli", "measure_main", "run a command and print the energy it used"),
+    "weblog-report": ("joulesched.measurement.weblog_report", "main", "HTML energy report of a Nextflow run (-with-weblog)"),
     "sim": ("joulesched.sim.cli", "main", "replay workloads on a modelled cluster and compare policies"),
     "report": ("joulesched.impact.cli", "main", "environmental impact of a namespace, selector or workflow run"),
     "rules": ("joulesched.impact.rules", "main", "write the Prometheus recording rules and the Grafana dashboard"),

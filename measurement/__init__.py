@@ -13,6 +13,9 @@ Error hierarchy (every class in ``measurement/errors.py`` unless named otherwise
     │                             the open windows are at their limit → HTTP 429
     ├── sources.redfish.HttpError a Redfish GET answered non-2xx (inside the source only: it
     │                             becomes SourceAbsent or SourceFailed before leaving it)
+    ├── provider_figures.ProviderFiguresUnavailable
+    │                             ``measure`` on a VM: the provider's figures cannot be had (it
+    │                             estimates instead and says why)
     └── nadiki.NadikiError        NADIKI provider mode (see ``measurement/nadiki/__init__.py``)
         ├── RegistrationFailed
         └── PushFailed

@@ -8,9 +8,12 @@ runs the node agent (configuration: defaults, then the file, then these flags).
 --site FILE [--site-name NAME]] [--json] [--output FILE] -- CMD ARGS`` runs CMD, reads every energy
 counter at its exact start and end (and every ``--interval`` seconds in between, so that 32-bit
 counters cannot wrap unseen), prints the energy per domain in kJ on stderr, and exits with CMD's
-exit code (128 + N when a signal N ended it, 127 when it could not be started). Where no counter
-can be read it prints an estimate from CPU time instead (:mod:`measurement.estimate`), labelled
-*estimated* with its method; CO2e (and water, from a site's WUE) from ``--intensity`` or a site.
+exit code (128 + N when a signal N ended it, 127 when it could not be started). Its sources, in
+order: the energy counters of this machine; on a VM whose provider pushes the physical server's
+energy to the NADIKI side, the provider's figures (``--server-id ID --nadiki-registrar URL
+--nadiki-influx URL --nadiki-database DB``, :mod:`measurement.provider_figures`); else an
+estimate from CPU time (:mod:`measurement.estimate`). Each is labelled with its method; CO2e (and
+water, from a site's WUE) from ``--intensity`` or a site.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import gc
 import json
 import logging
 import math
+import os
 import resource
 import shlex
 import signal
@@ -33,6 +37,7 @@ from typing import Any
 from joulesched.measurement.config import MAX_INTERVAL, MIN_INTERVAL, AgentConfig, load_config
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.estimate import Estimate, estimate, read_cpuinfo
+from joulesched.measurement.provider_figures import ProviderAccess, ProviderFigure
 from joulesched.measurement.sources.registry import Outcome, open_sources
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.site import IntensityUnavailable
@@ -163,7 +168,9 @@ def _exit_code(returncode: int) -> int:
 
 NO_COUNTER = (
     "no readable energy counter here (RAPL needs root or a readable /sys/class/powercap); estimated from"
-    " CPU time instead — run on a machine with RAPL or a joulesched agent for measured energy"
+    " CPU time instead — run on a machine with RAPL or a joulesched agent for measured energy; on a VM, ask"
+    " your provider for its server id and NADIKI read access and add --server-id ID --nadiki-registrar URL"
+    " --nadiki-influx URL --nadiki-database DB"
 )
 ROOT_HINT = "the counters are here but readable by root only: run `sudo joulesched measure -- …` for measured energy"
 
@@ -179,7 +186,16 @@ def format_report(command: Sequence[str], code: int, result: dict[str, Any], out
     """The human summary: energy per domain in kJ (or the estimate), CO2e, and the sources."""
     joules = result["joules"]
     lines = [f"joulesched measure: {shlex.join(command)} exited {code} after {result['seconds']:.3f} s"]
-    if result.get("estimated"):
+    if result.get("provider"):
+        fig = result["provider"]
+        lines.append(
+            f"  PROVIDER'S FIGURES energy: {fig['joules']:.3f} J = {fig['joules'] / 3600:.6f} Wh  (no counter on this VM)"
+        )
+        lines.append(f"  method: {fig['method']}")
+        lines.append(
+            f"  server {fig['server_id']}: {fig['server_joules']:.1f} J over the run; this VM's share {fig['vm_joules']:.1f} J"
+        )
+    elif result.get("estimated"):
         est = result["estimate"]
         lines.append(
             f"  ESTIMATED energy: {est['joules']:.3f} J = {est['joules'] / 3600:.6f} Wh  (no energy counter was read)"
@@ -195,7 +211,7 @@ def format_report(command: Sequence[str], code: int, result: dict[str, Any], out
         lines.append("  no energy source: nothing was measured")
     impact = result.get("impact")
     if impact:
-        label = " (estimated)" if result.get("estimated") else ""
+        label = " (estimated)" if result.get("estimated") else " (provider's figures)" if result.get("provider") else ""
         line = f"  CO2e{label}: {impact['co2e_grams']:.4g} g at {impact['intensity_g_per_kwh']:g} gCO2e/kWh"
         if impact["pue"] != 1.0:
             line += f", PUE {impact['pue']:g}"
@@ -205,8 +221,10 @@ def format_report(command: Sequence[str], code: int, result: dict[str, Any], out
         lines.append(line)
     elif result.get("impact_problem"):
         lines.append(f"  CO2e: {result['impact_problem']}")
+    if result.get("provider_problem"):
+        lines.append(f"  provider's figures: {result['provider_problem']}")
     if result.get("estimated"):
-        lines.append(f"  {NO_COUNTER}")
+        lines.append(f"  {NO_COUNTER if not result.get('provider_problem') else NO_COUNTER.split(' — ')[0]}")
     zones: dict[str, list[str]] = {}
     for key in result["zones"]:
         source, _, zone = key.partition("/")
@@ -268,6 +286,53 @@ def _impact(args: argparse.Namespace, joules: float, t0: float, t1: float) -> tu
     }, ""
 
 
+def _busy_seconds(procfs: str) -> float | None:
+    """This machine's busy CPU seconds (/proc/stat), None when it cannot be read."""
+    from joulesched.measurement.errors import SourceAbsent, SourceFailed
+    from joulesched.measurement.sources.procfs_stat import ProcStat
+
+    try:
+        return ProcStat(procfs).read().busy_seconds
+    except (SourceAbsent, SourceFailed):
+        return None
+
+
+def _provider_access(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ProviderAccess | None:
+    given = {
+        "--nadiki-registrar": args.nadiki_registrar,
+        "--nadiki-influx": args.nadiki_influx,
+        "--nadiki-database": args.nadiki_database,
+    }
+    if not args.server_id:
+        if any(given.values()) or args.vm_share is not None:
+            parser.error("the provider's figures need --server-id ID (the physical server under this VM)")
+        return None
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        parser.error(f"--server-id needs {', '.join(missing)} (your provider gives them)")
+    if args.vm_share is not None and not (math.isfinite(args.vm_share) and 0 < args.vm_share <= 1):
+        parser.error(f"--vm-share must be in (0, 1], got {args.vm_share}")
+    if args.threads_per_core < 1 or not (math.isfinite(args.provider_wait) and args.provider_wait >= 0):
+        parser.error("--threads-per-core must be ≥ 1 and --provider-wait ≥ 0")
+    password = ""
+    if args.nadiki_password_file:
+        try:
+            with open(args.nadiki_password_file, encoding="utf-8") as fh:
+                password = fh.read().strip()
+        except OSError as err:
+            parser.error(f"--nadiki-password-file {args.nadiki_password_file}: {err.strerror or err}")
+    from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
+
+    return ProviderAccess(
+        RegistrarReader(args.nadiki_registrar),
+        InfluxReader(args.nadiki_influx, args.nadiki_database, args.nadiki_user, password),
+        args.server_id,
+        args.vm_share,
+        args.threads_per_core,
+        args.provider_wait,
+    )
+
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -302,11 +367,24 @@ def measure_main(argv: Sequence[str]) -> int:
     )
     co2e.add_argument("--site", metavar="FILE", help="site file (PUE, WUE, carbon intensity; docs/impact.md) for CO2e")
     parser.add_argument("--site-name", metavar="NAME", help="which site of --site FILE (needed when it has several)")
+    vm = parser.add_argument_group("on a VM: the provider's figures (NADIKI), when no counter is readable")
+    vm.add_argument("--server-id", metavar="ID", help="the physical server under this VM (from your provider)")
+    vm.add_argument("--nadiki-registrar", metavar="URL", help="the NADIKI registrar's API base")
+    vm.add_argument("--nadiki-influx", metavar="URL", help="the provider's InfluxDB (1.x /query API)")
+    vm.add_argument("--nadiki-database", metavar="DB", help="its database (or bucket)")
+    vm.add_argument("--nadiki-user", default="", metavar="USER")
+    vm.add_argument("--nadiki-password-file", metavar="FILE", help="file holding the InfluxDB password or token")
+    vm.add_argument("--vm-share", type=float, metavar="F", help="the provider's share of the server for this VM (0..1]")
+    vm.add_argument("--threads-per-core", type=int, default=2, metavar="N", help="the server's threads per core (2)")
+    vm.add_argument(
+        "--provider-wait", type=float, default=90.0, metavar="S", help="wait up to S s for the last window (90)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON (on stderr) instead of text")
     parser.add_argument("--output", metavar="FILE", help="also write the result as JSON to FILE")
     args = parser.parse_args(own)
     if not command:
         parser.error("give the command after --, e.g. joulesched measure -- nextflow run main.nf")
+    access = _provider_access(parser, args)
     _setup_logging(args.log_level if args.log_level != "info" else "warning")
     config = _load(args)
     if config is None:
@@ -325,6 +403,7 @@ def measure_main(argv: Sequence[str]) -> int:
         server_includes_gpus=config.sources.server_includes_gpus,
     )
     start = meter.read()
+    busy_before = _busy_seconds(config.roots.procfs)
     cpu_before = _cpu_seconds()
     code = 0
     stop = threading.Event()
@@ -357,6 +436,7 @@ def measure_main(argv: Sequence[str]) -> int:
     finally:
         end = meter.read()
         cpu_seconds = _cpu_seconds() - cpu_before
+        busy_after = _busy_seconds(config.roots.procfs)
         stop.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -366,12 +446,28 @@ def measure_main(argv: Sequence[str]) -> int:
     result["command"] = command
     result["exit_code"] = code
     estimated: Estimate | None = None
+    figure: ProviderFigure | None = None
+    if not result["basis"] and access is not None:
+        from joulesched.measurement.provider_figures import ProviderFiguresUnavailable, provider_energy
+
+        vm_busy = busy_after - busy_before if busy_before is not None and busy_after is not None else None
+        cpus = read_cpuinfo(config.roots.procfs).logical_cpus or os.cpu_count() or 1
+        try:
+            figure = provider_energy(access, result["start"], result["end"], cpu_seconds, vm_busy, cpus)
+        except ProviderFiguresUnavailable as err:
+            result["provider_problem"] = f"{err}; estimated from CPU time instead"
+    if figure is not None:
+        result["basis"] = "provider"
+        result["joules"] = {**result["joules"], "node": figure.joules}
+    result["provider"] = figure.as_dict() if figure else None
     if not result["basis"]:
         estimated = estimate(cpu_seconds, read_cpuinfo(config.roots.procfs))
         result["basis"] = "estimate"
         result["joules"] = {**result["joules"], "node": estimated.joules, "cpu": estimated.joules}
     result["estimated"] = estimated is not None
-    result["method"] = estimated.rate.method if estimated else f"counters: {result['basis']}"
+    result["method"] = (
+        estimated.rate.method if estimated else figure.method if figure else f"counters: {result['basis']}"
+    )
     result["estimate"] = estimated.as_dict() if estimated else None
     result["cpu_seconds"] = cpu_seconds
     result["kilojoules"] = {k: v / 1000.0 for k, v in result["joules"].items()}

@@ -17,10 +17,26 @@ costs only the time before the first task event. ``error`` or ``completed`` clos
 stays readable at ``GET /v1/weblog/{runId}`` (the last :data:`KEEP_FINISHED` runs). Task events
 are counted. Without a bearer token, a run shorter than the server's minimum window is closed
 but its energy is not reported (the windows API's side-channel rule).
+
+Per task and per process: every event of an open run reads the node's energy counters, so the
+run's energy is known exactly between consecutive events. Each task's interval is its trace's
+``start`` and ``complete`` (epoch milliseconds; the arrival of its ``process_started`` /
+``process_completed`` when a trace lacks them, or when they fall outside the run's window — the
+run's clock is not this node's), its weight its mean busy cores (``%cpu`` / 100 from the
+completed trace, else ``cpus``), and :func:`policy.workflow.split_over_tasks` splits every
+segment over the tasks running in it; what no task ran in is ``outside_tasks`` (the head job,
+waits). The run's energy is the counters' difference over the window, and Σ tasks +
+``outside_tasks`` equals it. These figures are the node's: tasks that ran on other machines
+(``hostname`` of another host) are listed with ``"here": false`` and no energy. With the
+Kubernetes executor a task is a pod named by the trace's ``native_id``: when that pod ran on this
+node its row also carries ``pod_joules``, the agent's per-pod counter (the pod's attributed
+energy since the agent first saw it, at the run's end); ``joulesched report --run NAME --by
+process`` gives every task pod's own energy from every node's agent.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -29,12 +45,33 @@ from http import HTTPStatus
 from typing import Any
 
 from joulesched.measurement.errors import TooManyWindows, UnknownWindow
-from joulesched.measurement.sampler import Sampler
+from joulesched.measurement.meter import MeterRead
+from joulesched.measurement.sampler import Sampler, window_energy
+from joulesched.policy.workflow import split_over_tasks
 
 EVENTS = ("started", "process_submitted", "process_started", "process_completed", "error", "completed")
 TASK_EVENTS = ("process_submitted", "process_started", "process_completed")
 KEEP_FINISHED = 64
 MAX_ID = 200
+MAX_READS = 20_000  # counter reads kept per run (one per event); beyond, segments get longer
+MAX_TASKS = 50_000
+
+
+@dataclass
+class _Task:
+    task_id: str
+    process: str
+    name: str
+    cpus: float | None = None
+    pcpu: float | None = None  # Nextflow's %cpu: mean busy cores × 100
+    start: float | None = None  # trace times (epoch s)
+    complete: float | None = None
+    started_at: float | None = None  # arrival of process_started / process_completed (agent clock)
+    completed_at: float | None = None
+    hostname: str = ""
+    native_id: str = ""
+    status: str = ""
+    exit: Any = None
 
 
 @dataclass
@@ -44,13 +81,29 @@ class _Run:
     window_id: str
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TASK_EVENTS, 0))
     opened_by: str = "started"
+    reads: list[MeterRead] = field(default_factory=list)  # after the window's start read
+    tasks: dict[str, _Task] = field(default_factory=dict)
+    dropped_reads: int = 0
+
+
+def _ms(value: Any) -> float | None:
+    return (
+        float(value) / 1000.0 if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+    )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
 
 class WeblogRuns:
     """The runs Nextflow reports on; ``handle`` answers one posted event as (HTTP status, JSON)."""
 
-    def __init__(self, sampler: Sampler, clock: Callable[[], float], min_unauthenticated: float) -> None:
+    def __init__(
+        self, sampler: Sampler, clock: Callable[[], float], min_unauthenticated: float, hostnames: tuple[str, ...] = ()
+    ) -> None:
         self.sampler = sampler
+        self.hostnames = {h for h in (sampler.node, *hostnames) if h}  # a task "ran here" when its host is one
         self.clock = clock
         self.min_unauthenticated = min_unauthenticated
         self._lock = threading.Lock()
@@ -88,20 +141,57 @@ class WeblogRuns:
                 status = HTTPStatus.OK
             if event in run.counts:
                 run.counts[event] += 1
+            self._mark(run, event, doc.get("trace"))
             return status, {"runId": run_id, "window": run.window_id, "event": event}
+
+    def _read(self) -> MeterRead:
+        with self.sampler.lock:
+            return self.sampler.meter.read()
+
+    def _mark(self, run: _Run, event: str, trace: Any) -> None:
+        """Read the counters at this event, and note the task's trace fields."""
+        if len(run.reads) < MAX_READS:
+            run.reads.append(self._read())
+        else:
+            run.dropped_reads += 1
+        if event not in TASK_EVENTS or not isinstance(trace, dict):
+            return
+        task_id = str(trace.get("task_id", ""))
+        if not task_id or (task_id not in run.tasks and len(run.tasks) >= MAX_TASKS):
+            return
+        task = run.tasks.setdefault(task_id, _Task(task_id, str(trace.get("process", "")), str(trace.get("name", ""))))
+        now = run.reads[-1].time if run.reads else self.clock()
+        task.cpus = _number(trace.get("cpus")) or task.cpus
+        task.pcpu = _number(trace.get("%cpu")) if trace.get("%cpu") is not None else task.pcpu
+        task.start = _ms(trace.get("start")) or task.start
+        task.complete = _ms(trace.get("complete")) or task.complete
+        task.hostname = str(trace.get("hostname") or task.hostname or "")
+        task.native_id = str(trace.get("native_id") if trace.get("native_id") is not None else task.native_id)
+        task.status = str(trace.get("status") or task.status)
+        task.exit = trace.get("exit", task.exit)
+        if event == "process_started":
+            task.started_at = now
+        elif event == "process_completed":
+            task.completed_at = now
 
     def _close(self, run: _Run, event: str, authorised: bool) -> tuple[int, dict[str, Any]]:
         del self._open[run.run_id]
         try:
-            age = self.clock() - self.sampler.window(run.window_id).start.time
-            result = self.sampler.close_window(run.window_id)
+            window = self.sampler.window(run.window_id)
+            final = self._read()
+            self.sampler.close_window(run.window_id)
         except UnknownWindow:
             return HTTPStatus.NOT_FOUND, {"error": f"the window of run {run.run_id!r} is gone"}
+        age = final.time - window.start.time
         if not authorised and age < self.min_unauthenticated:
             return HTTPStatus.CONFLICT, {
                 "error": f"run {run.run_id!r} lasted {age:.2f} s; without a bearer token a window must span at least "
                 f"{self.min_unauthenticated:g} s, so its energy is not reported (configure server.token_file)"
             }
+        # the run's energy and its tasks' from the same reads: the counters at the window's start,
+        # at every event and now
+        layout = self.sampler.meter.layout
+        result = window_energy(window.start, final, layout, window.id, window.label)
         result["kilojoules"] = {k: v / 1000.0 for k, v in result["joules"].items()}
         result["run"] = {
             "runId": run.run_id,
@@ -110,10 +200,98 @@ class WeblogRuns:
             "opened_by": run.opened_by,
             "tasks": dict(run.counts),
         }
+        result.update(self._per_task(run, window.start, final, layout))
         self._finished[run.run_id] = result
         while len(self._finished) > KEEP_FINISHED:
             self._finished.popitem(last=False)
         return HTTPStatus.OK, result
+
+    def _pod_energy(self) -> dict[str, tuple[str, float]]:
+        """Pod name (and UID) -> (namespace/name, joules since the agent first saw it), from the latest sample."""
+        snapshot = self.sampler.latest
+        out: dict[str, tuple[str, float]] = {}
+        for pod in snapshot.pods if snapshot is not None else ():
+            entry = (
+                f"{pod.namespace}/{pod.name}" if pod.namespace else pod.name,
+                sum(pod.energy_joules_total.values()),
+            )
+            out[pod.name] = entry
+            out.setdefault(pod.uid, entry)
+        return out
+
+    def _per_task(self, run: _Run, first: MeterRead, final: MeterRead, layout: Any) -> dict[str, Any]:
+        reads = [first, *(r for r in run.reads if first.time <= r.time <= final.time), final]
+        edges = [r.time for r in reads]
+        joules = [window_energy(a, b, layout)["joules"]["node"] for a, b in itertools.pairwise(reads)]
+        lo, hi = edges[0], edges[-1]
+        # Kubernetes executor: a task is a pod (its native_id the pod's name); when it ran on this
+        # node the agent's own per-pod counter is the task's energy, however the node was shared
+        pods = self._pod_energy()
+        rows: list[dict[str, Any]] = []
+        spans: list[tuple[float, float, float]] = []
+        measured: list[int] = []
+        skewed = 0
+        for task in run.tasks.values():
+            start = task.start if task.start is not None else task.started_at
+            end = task.complete if task.complete is not None else task.completed_at
+            if start is not None and end is not None and (end < lo or start > hi):
+                skewed += 1  # the trace's clock is not ours: fall back to when the events came
+                start, end = task.started_at, task.completed_at
+            start = max(lo, start if start is not None else lo)
+            end = min(hi, end if end is not None else hi)
+            weight = task.pcpu / 100.0 if task.pcpu else (task.cpus or 1.0)
+            here = not task.hostname or task.hostname in self.hostnames or task.native_id in pods
+            rows.append(
+                {
+                    "task_id": task.task_id,
+                    "process": task.process,
+                    "name": task.name,
+                    "status": task.status,
+                    "exit": task.exit,
+                    "hostname": task.hostname,
+                    "native_id": task.native_id,
+                    "start": start,
+                    "end": end,
+                    "seconds": max(0.0, end - start),
+                    "cores": weight,
+                    "here": here,
+                    "joules": None,
+                }
+            )
+            if here:
+                measured.append(len(rows) - 1)
+                spans.append((start, end, weight))
+        per_task, outside = split_over_tasks(edges, joules, spans)
+        for row, value in zip((rows[i] for i in measured), per_task, strict=True):
+            row["joules"] = value
+        for row in rows:
+            pod = pods.get(row["native_id"])
+            row["pod_joules"] = pod[1] if pod else None
+            row["pod"] = pod[0] if pod else None
+        processes: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            p = processes.setdefault(
+                row["process"], {"process": row["process"], "tasks": 0, "joules": 0.0, "seconds": 0.0}
+            )
+            p["tasks"] += 1
+            p["seconds"] += row["seconds"]
+            if row["joules"] is not None:
+                p["joules"] += row["joules"]
+        notes = []
+        if skewed:
+            notes.append(f"{skewed} task(s) had trace times outside the run's window: placed by their events instead")
+        if run.dropped_reads:
+            notes.append(f"{run.dropped_reads} events past {MAX_READS} read no counters: their segments are longer")
+        elsewhere = len(rows) - len(measured)
+        if elsewhere:
+            notes.append(f"{elsewhere} task(s) ran on another host: their energy is not on this node's counters")
+        return {
+            "task_rows": sorted(rows, key=lambda r: (r["start"], r["task_id"])),
+            "processes": sorted(processes.values(), key=lambda p: -p["joules"]),
+            "outside_tasks_joules": outside,
+            "segments": len(joules),
+            "notes": notes,
+        }
 
     def result(self, run_id: str) -> tuple[int, dict[str, Any]]:
         with self._lock:

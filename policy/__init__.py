@@ -7,8 +7,9 @@ and the simulator all import from here; this package imports none of them.
 Error hierarchy::
 
     PolicyError                 root of every error raised by this package
-    └── ConfigError             a profile, site or policy document failed validation;
-                                ``.problems`` lists every problem with its dotted path
+    ├── ConfigError             a profile, site or policy document failed validation;
+    │                           ``.problems`` lists every problem with its dotted path
+    └── tenant.ShareError       a VM's share of its server cannot be computed (tenant mode)
 """
 
 from joulesched.policy.errors import ConfigError, PolicyError

@@ -59,7 +59,9 @@ class ExpositionServer:
 
 
 class PrometheusServer:
-    def __init__(self, workdir: Path, targets: list[str], rule_files: list[str] | None = None, interval: str = "1s") -> None:
+    def __init__(
+        self, workdir: Path, targets: list[str], rule_files: list[str] | None = None, interval: str = "1s"
+    ) -> None:
         self.binary = require("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -87,18 +89,7 @@ class PrometheusServer:
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {(self.workdir / 'prometheus.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("prometheus did not become ready")
+        support.wait_ready(self.proc, f"{self.url}/-/ready", self.workdir / "prometheus.log", "prometheus", timeout)
 
     def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
         params = {"query": promql}
@@ -119,17 +110,13 @@ class PrometheusServer:
         raise AssertionError(f"{promql!r}: {len(result)} series after {timeout:.0f} s, wanted {count}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        support.stop_process(self.proc)
         self.log.close()
 
 
-def prometheus_scraping(tmp_path: Path, text: str, rule_files: list[str] | None = None) -> Iterator[tuple[PrometheusServer, ExpositionServer]]:
+def prometheus_scraping(
+    tmp_path: Path, text: str, rule_files: list[str] | None = None
+) -> Iterator[tuple[PrometheusServer, ExpositionServer]]:
     exposition = ExpositionServer(text)
     server = None
     try:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -35,4 +39,31 @@ class Clock:
         return self.now
 
 
-__all__ = ["Clock", "free_port", "require"]
+def wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path, name: str, timeout: float = 30.0) -> None:
+    """Poll ``url`` until it answers 2xx; fail with the log's tail if ``proc`` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as reply:
+                if 200 <= reply.status < 300:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{name} did not become ready")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a server the test started (by its PID), killing it after 15 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+__all__ = ["Clock", "free_port", "require", "stop_process", "wait_ready"]

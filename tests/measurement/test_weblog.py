@@ -9,9 +9,12 @@ task's trace record); it is not captured from a live run.
 from __future__ import annotations
 
 import base64
+import copy
 import json
+import re
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +150,173 @@ def test_with_a_token_nextflows_basic_token_or_a_bearer_token_is_needed(with_tok
     assert status == 200 and result["joules"]["cpu"] == pytest.approx(2.0)
     assert with_token.request("GET", f"/v1/weblog/{RUN_ID}")[0] == 401
     assert with_token.request("GET", f"/v1/weblog/{RUN_ID}", token="s3cret")[1] == result
+
+
+# --- per task and per process -------------------------------------------------------------------
+
+TEMPLATE = {e["event"]: e for e in EVENTS}  # one event of each kind, as nf-weblog writes it
+
+
+def event(kind: str, at: float, task: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An event of the recorded run's shape at agent time ``at``; ``task`` overrides trace fields."""
+    out = copy.deepcopy(TEMPLATE[kind])
+    out["utcTime"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if task is not None:
+        out["trace"].update(task)
+    return out
+
+
+def task(
+    task_id: int, process: str, start: float, complete: float | None = None, pcpu: float | None = None
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "task_id": task_id,
+        "process": process,
+        "name": f"{process} ({task_id})",
+        "native_id": 30000 + task_id,
+        "start": round(start * 1000),
+    }
+    if complete is not None:
+        fields.update(complete=round(complete * 1000), realtime=round((complete - start) * 1000), **{"%cpu": pcpu})
+    return fields
+
+
+# (seconds after the run's start, events at that moment); between them the node is driven by STEPS
+def two_process_run(t0: float, skew: float = 0.0) -> list[tuple[float, list[dict[str, Any]]]]:
+    s = t0 + skew  # the trace's clock (skew: Nextflow's machine is not this one)
+    a1, a2, b1 = task(1, "FASTQC", s + 2), task(2, "FASTQC", s + 2), task(3, "MULTIQC", s + 8)
+    return [
+        (0, [event("started", t0)]),
+        (2, [event("process_submitted", t0 + 2, a1), event("process_submitted", t0 + 2, a2)]),
+        (2, [event("process_started", t0 + 2, a1), event("process_started", t0 + 2, a2)]),
+        (6, [event("process_completed", t0 + 6, task(1, "FASTQC", s + 2, s + 6, 100.0))]),
+        (8, [event("process_completed", t0 + 8, task(2, "FASTQC", s + 2, s + 8, 300.0))]),
+        (8, [event("process_submitted", t0 + 8, b1), event("process_started", t0 + 8, b1)]),
+        (11, [event("process_completed", t0 + 11, task(3, "MULTIQC", s + 8, s + 11, 50.0))]),
+        (12, [event("completed", t0 + 12)]),
+    ]
+
+
+BUSY = [(0, 2, 0.2), (2, 6, 4.0), (6, 8, 3.0), (8, 11, 0.5), (11, 12, 0.1)]  # (from, to, busy cores)
+
+
+def watts(busy: float) -> float:
+    return 100.0 + 10 * busy + 5.0  # Running.step: package 100 W + 10 W per busy core, DRAM 5 W
+
+
+def drive(running: Running, plan: list[tuple[float, list[dict[str, Any]]]]) -> dict[str, Any]:
+    t0 = running.clock.now
+    result: dict[str, Any] = {}
+    for at, events in plan:
+        while running.clock.now < t0 + at - 1e-9:
+            busy = next(b for lo, hi, b in BUSY if lo <= running.clock.now - t0 < hi)
+            running.step(seconds=1.0, busy_cores=busy)
+        for e in events:
+            status, doc = send(running, e)
+            assert status in (200, 201), doc
+            result = doc
+    return result
+
+
+def expected() -> tuple[dict[str, float], float, float]:
+    """Each task's joules by the rule (segments split by time × mean cores), outside, total."""
+    seg = {(lo, hi): watts(b) * (hi - lo) for lo, hi, b in BUSY}
+    a1 = seg[(2, 6)] * 1 / 4
+    a2 = seg[(2, 6)] * 3 / 4 + seg[(6, 8)]
+    b1 = seg[(8, 11)]
+    outside = seg[(0, 2)] + seg[(11, 12)]
+    return {"FASTQC (1)": a1, "FASTQC (2)": a2, "MULTIQC (3)": b1}, outside, sum(seg.values())
+
+
+@pytest.mark.parametrize("skew", [0.0, 86400.0 * 365], ids=["trace times on this clock", "a trace clock a year off"])
+def test_tasks_and_processes_add_up_to_the_runs_counter_difference(running: Running, skew: float) -> None:
+    running.agent.step()
+    before = running.powercap.energy("intel-rapl:0") + running.powercap.energy("intel-rapl:0:1")
+    result = drive(running, two_process_run(running.clock.now, skew))
+    after = running.powercap.energy("intel-rapl:0") + running.powercap.energy("intel-rapl:0:1")
+    tasks, outside, total = expected()
+    # the run's energy is the replica's counters' difference over the window, exactly
+    assert result["joules"]["node"] == pytest.approx((after - before) / 1e6, abs=1e-9)
+    assert result["joules"]["node"] == pytest.approx(total, abs=1e-9)
+    got = {row["name"]: row["joules"] for row in result["task_rows"]}
+    assert got == pytest.approx(tasks, abs=1e-9)
+    assert result["outside_tasks_joules"] == pytest.approx(outside, abs=1e-9)
+    assert sum(got.values()) + result["outside_tasks_joules"] == pytest.approx(result["joules"]["node"], abs=1e-9)
+    processes = {p["process"]: (p["tasks"], p["joules"]) for p in result["processes"]}
+    assert processes == {
+        "FASTQC": (2, pytest.approx(tasks["FASTQC (1)"] + tasks["FASTQC (2)"])),
+        "MULTIQC": (1, pytest.approx(tasks["MULTIQC (3)"])),
+    }
+    assert bool(result["notes"]) == bool(skew)
+
+
+def test_a_task_on_another_host_is_listed_without_energy(running: Running) -> None:
+    running.agent.step()
+    plan = two_process_run(running.clock.now)
+    for _, events in plan:
+        for e in events:
+            if e.get("trace", {}).get("task_id") == 3:
+                e["trace"]["hostname"] = "worker-7"
+    result = drive(running, plan)
+    rows = {row["name"]: row for row in result["task_rows"]}
+    assert rows["MULTIQC (3)"]["here"] is False and rows["MULTIQC (3)"]["joules"] is None
+    _, _, total = expected()
+    measured = sum(r["joules"] for r in rows.values() if r["joules"] is not None)
+    assert measured + result["outside_tasks_joules"] == pytest.approx(total, abs=1e-9)
+    assert any("another host" in n for n in result["notes"])
+
+
+def test_the_html_report_is_self_contained_and_shows_every_task(running: Running, tmp_path: Path) -> None:
+    from joulesched.measurement import weblog_report
+
+    running.agent.step()
+    plan = two_process_run(running.clock.now)
+    plan[1][1][0]["trace"]["name"] = "FASTQC (<script>alert(1)</script>)"  # run text is escaped
+    drive(running, plan)
+    out = tmp_path / "run.html"
+    code = weblog_report.main(["--agent", running.url, "--run", RUN_ID, "--intensity", "300", "-o", str(out)])
+    assert code == 0
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2
+    assert "<script" not in page and "&lt;script&gt;" in page
+    # nothing is fetched from elsewhere: no URL in any attribute
+    assert re.findall(r"(?:src|href)\s*=", page) == [] and "http://" not in page.replace(
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    )
+    for name in ("MULTIQC (3)", "FASTQC (2)", "FASTQC", "MULTIQC", "gCO2e"):
+        assert name in page
+    tasks, _, total = expected()
+    assert f"{total:,.1f} J" in page and f"{tasks['MULTIQC (3)']:,.1f}" in page
+
+
+def test_the_html_report_of_an_open_run_says_to_wait(
+    running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from joulesched.measurement import weblog_report
+
+    running.agent.step()
+    send(running, EVENTS[0])
+    assert weblog_report.main(["--agent", running.url, "--run", RUN_ID, "-o", str(tmp_path / "x.html")]) == 1
+    assert "still running" in capsys.readouterr().err
+
+
+def test_a_task_pod_on_this_node_carries_the_agents_per_pod_energy(running: Running) -> None:
+    """Kubernetes executor: native_id is the task's pod; here the replica's pod (named by its UID
+    while the API is off), whose hostname is the pod's, not the node's."""
+    from tests.measurement.agent_server_support import POD
+
+    running.agent.step()
+    plan = two_process_run(running.clock.now)
+    for _, events in plan:
+        for e in events:
+            if e.get("trace", {}).get("task_id") == 3:
+                e["trace"].update(native_id=POD, hostname="nf-3f2a9c-task")
+    result = drive(running, plan)
+    rows = {row["name"]: row for row in result["task_rows"]}
+    snapshot = running.agent.sampler.latest
+    assert snapshot is not None
+    (pod,) = [p for p in snapshot.pods if p.uid == POD]
+    assert rows["MULTIQC (3)"]["here"] is True and rows["MULTIQC (3)"]["pod"] == POD
+    assert rows["MULTIQC (3)"]["pod_joules"] == pytest.approx(sum(pod.energy_joules_total.values()))
+    assert rows["MULTIQC (3)"]["pod_joules"] > 0
+    assert rows["FASTQC (1)"]["pod_joules"] is None  # its native_id names no pod on this node

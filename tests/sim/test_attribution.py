@@ -129,3 +129,49 @@ def test_attribution_runs_each_workflow_alone_and_reports_every_method() -> None
 def test_the_seed_phase_comes_first_and_phases_spread() -> None:
     phases = phases_for(3, 4)
     assert phases == phases_for(3, 4) and len(set(phases)) == 4 and all(0 <= p < 1 for p in phases)
+
+
+# --- the published comparison (Thamm & Leser) by the window each approach sees ------------------------
+
+
+def study_case(duration: float = 120.0, cores: float = 0.0):  # type: ignore[no-untyped-def]
+    """One 100 W-idle node; one task from 60 s for ``duration`` s keeping ``cores`` busy."""
+    wl = workload(pod("t", duration, cpu=max(cores, 1.0), usage=cores, arrival=60.0, workflow="quantms-shape"))
+    return attribution(wl), np.arange(1)
+
+
+def test_the_counter_approaches_see_the_windows_of_the_study() -> None:
+    att, pods = study_case(cores=0.0)  # an idle task: the node draws 100 W throughout
+    setup = sim_attribution.StudySetup()
+    out = sim_attribution.study_comparison(att, pods, "quantms-shape", setup, [0.0])
+    rapl = 100.0 * (1 - setup.uncovered_idle_fraction)  # 100 W at the wall, 73.3 W seen by RAPL
+    wrapper = rapl * (setup.head_startup_s + 120.0 + setup.teardown_s)
+    assert out["joules"]["wrapper"] == pytest.approx(wrapper)
+    assert out["joules"]["plugin"] == pytest.approx(rapl * (setup.head_startup_s - 9.8 + 120.0))
+    assert out["joules"]["task"] == pytest.approx(rapl * (setup.head_startup_s - 10.8 + 120.0))
+    assert out["sensor_over_rapl"] == pytest.approx(1.365)
+
+
+@pytest.mark.parametrize(
+    ("phase", "samples"),
+    [(0.0, 4), (0.6, 5)],
+    ids=["scrapes that fit four times in the window", "a phase that puts a fifth scrape in it"],
+)
+def test_prometheus_is_the_studys_query_on_a_whole_server_sensor(phase: float, samples: int) -> None:
+    """sum_over_time(power[D] @ end) × 30 s: the number of scrapes in (end − D, end] × 30 s × the wall power."""
+    att, pods = study_case(duration=113.0)  # D = 15 + 113 + 2 = 130 s: (45, 175]
+    out = sim_attribution.study_comparison(att, pods, "quantms-shape", sim_attribution.StudySetup(), [phase])
+    assert out["duration_seconds"] == pytest.approx(130.0)
+    assert out["joules"]["prometheus"] == pytest.approx(samples * 30.0 * 100.0)
+
+
+def test_the_three_counter_approaches_are_ordered_as_in_the_study_on_the_published_shapes() -> None:
+    from joulesched.sim.cluster import load_cluster
+    from joulesched.sim.demo import ATTRIBUTION_CLUSTER, attribution_workloads
+
+    results = sim_attribution.study_runs(load_cluster(ATTRIBUTION_CLUSTER), attribution_workloads(0)[:3], seed=0)
+    assert set(results) == {"rnaseq-shape", "quantms-shape", "rangeland-shape"}
+    for name, res in results.items():
+        j = res["joules"]
+        assert j["wrapper"] > j["plugin"] > j["task"], name  # shell script ⊃ plug-in ⊃ start/stop tasks
+        assert res["prometheus_difference_percent"]["mean"] > 0, name  # the whole-server sensor over-reports

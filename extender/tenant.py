@@ -1,0 +1,227 @@
+"""The ``tenant`` profile source: profiles of physical servers read from the NADIKI side.
+
+On a tenant's cluster of VMs no joulesched agent can read the hardware; the provider's agent
+reads the physical server and pushes its energy per window to the NADIKI time-series store
+(``measurement.nadiki``). This source reads it back, with no copy into the tenant's Prometheus:
+
+* the servers: every ``server_id`` tag value of the measurement in the store (InfluxDB 1.x
+  ``SHOW TAG VALUES``: the tenant's read access decides which servers it sees);
+* each server's description from the registrar (``GET /servers/{id}``): its cores and rated
+  power, and the series (measurement, field, granularity) it pushes;
+* its windows over ``history_seconds`` (InfluxDB ``/query``).
+
+Each server becomes one profile named and keyed by its id (``server_id``), exactly like a
+provider-mode profile, so a VM node that carries the label ``joulesched.io/server-id`` is scored
+by its server (extender/service.py). The profile (policy/tenant.py, ``server_power_model``):
+``cores`` = registered physical cores × ``threads_per_core``; a linear curve from the lowest
+window's mean power to the rated power; ``measured_watts`` = the newest window's mean power,
+``updated`` = that window's end, ``utilisation`` = where it lies on the line. A server the
+registrar does not describe, without cores, or without windows in the history is left out (it
+scores neutral) and named once in the log.
+
+Like the ``prometheus`` source, ``snapshot()`` never raises and never waits after the first
+load: past ``cache_seconds`` it serves the last snapshot while a background thread refreshes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from joulesched.contracts.errors import NadikiReadError
+from joulesched.contracts.nadiki import DataPoint
+from joulesched.contracts.nadiki_read import (
+    ENERGY_FIELD,
+    InfluxReader,
+    NadikiServer,
+    RegistrarReader,
+    influxql_identifier,
+)
+from joulesched.extender.logsafe import escape
+from joulesched.extender.profiles import Clock, Snapshot, empty_snapshot
+from joulesched.policy import tenant
+from joulesched.policy.errors import ConfigError
+from joulesched.policy.profile import NodeArrays, NodeProfile, ProfileSet, linear_curve
+from joulesched.policy.validate import Checker, setting
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    """``profiles.tenant.*`` (docs/provider.md, "Tenant mode")."""
+
+    registrar_url: str = setting("", "NADIKI registrar API base; required for `tenant`", shown="—")
+    registrar_token_file: str = setting("", "bearer token for the registrar (if it wants one)", shown="—")
+    influx_url: str = setting(
+        "", "the provider's InfluxDB, read through the 1.x `/query` API; required for `tenant`", shown="—"
+    )
+    database: str = setting(
+        "", "InfluxDB database (1.x) or bucket (v1 compatibility API); required for `tenant`", shown="—"
+    )
+    username: str = setting("", "InfluxDB user (HTTP Basic)", shown="—")
+    password_file: str = setting("", "file holding the InfluxDB password or token", shown="—")
+    measurement: str = setting("server", "the measurement holding the servers' energy")
+    threads_per_core: int = setting(2, "logical CPUs per registered physical core", minimum=1, maximum=8)
+    history_seconds: float = setting(
+        21600.0, "windows read for the power model (idle = lowest window)", exclusive_minimum=0
+    )
+    cache_seconds: float = setting(30.0, "TTL of the profiles; refreshes run in the background", minimum=0)
+    timeout_seconds: float = setting(5.0, "per request; only the very first load waits", exclusive_minimum=0)
+
+
+def check_tenant_config(config: TenantConfig, path: str, check: Checker) -> None:
+    for key in ("registrar_url", "influx_url", "database"):
+        value = getattr(config, key)
+        if not value:
+            check.problem(f"{path}.{key}", "is required when profiles.source is tenant")
+        elif key != "database" and not value.startswith(("http://", "https://")):
+            check.problem(f"{path}.{key}", f"must be an http:// or https:// URL, got {value!r}")
+
+
+def _read_secret(path: str, what: str) -> str:
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ConfigError(path, [f"{what}: cannot read: {err.strerror or err}"]) from err
+    if not text:
+        raise ConfigError(path, [f"{what}: the file is empty"])
+    return text
+
+
+def server_profile(
+    server: NadikiServer, point: DataPoint, starts: list[float], joules: list[float], threads: int
+) -> NodeProfile:
+    """One server's profile from its description and windows (module docstring)."""
+    g = point.granularity_seconds
+    watts = [j / g for j in joules]
+    rated = server.description.rated_power * 1000.0 if server.description.rated_power else None
+    idle, full = tenant.server_power_model(watts, rated)
+    cores = float(server.physical_cores * threads)
+    if cores <= 0:
+        raise tenant.ShareError("the registrar's description lists no physical cores (installed_cpus)")
+    return NodeProfile(
+        name=server.server_id,
+        cores=cores,
+        power_curve_watts=linear_curve(idle, (full - idle) / cores, cores),
+        measured_watts=watts[-1],
+        updated=starts[-1] + g,
+        utilisation=tenant.utilisation_on_line(idle, full, watts[-1]),
+        sources=("nadiki",),
+        server_id=server.server_id,
+    )
+
+
+class TenantSource:
+    """Profiles of physical servers from the NADIKI registrar and time-series store."""
+
+    name = "tenant"
+
+    def __init__(self, config: TenantConfig, clock: Clock = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.errors = 0
+        self.registrar = RegistrarReader(
+            config.registrar_url,
+            _read_secret(config.registrar_token_file, "profiles.tenant.registrar_token_file") or None,
+            timeout_s=config.timeout_seconds,
+        )
+        self._password = _read_secret(config.password_file, "profiles.tenant.password_file")
+        self._servers: dict[str, NadikiServer] = {}  # descriptions change rarely: read once per id
+        self._lock = threading.Lock()
+        self._last = empty_snapshot()
+        self._expires = -1.0
+        self._refreshing = threading.Event()
+        self._warned: set[str] = set()
+
+        self.reader = InfluxReader(
+            config.influx_url,
+            config.database,
+            config.username,
+            self._password,
+            timeout_s=config.timeout_seconds,
+        )
+
+    def snapshot(self) -> Snapshot:
+        if self.clock() < self._expires:
+            return self._last
+        if self._last.version == 0:
+            with self._lock:
+                if self._last.version == 0:
+                    self._refresh()
+            return self._last
+        last = self._last  # what this call serves, whatever the refresh it starts does meanwhile
+        if not self._refreshing.is_set():
+            self._refreshing.set()
+            threading.Thread(target=self._background, name="tenant-refresh", daemon=True).start()
+        return last
+
+    def _background(self) -> None:
+        try:
+            with self._lock:
+                self._refresh()
+        finally:
+            self._refreshing.clear()
+
+    def _server_ids(self, reader: InfluxReader) -> list[str]:
+        series = reader.query(
+            f'SHOW TAG VALUES FROM {influxql_identifier(self.config.measurement)} WITH KEY = "server_id"'
+        )
+        ids = {str(row[1]) for s in series for row in s.get("values") or [] if len(row) > 1}
+        return sorted(ids)
+
+    def _refresh(self) -> None:
+        now = self.clock()
+        self._expires = now + self.config.cache_seconds
+        try:
+            profiles, skipped = self.read(now)
+        except (NadikiReadError, OSError) as err:
+            old = self._last
+            self._last = replace(old, version=old.version + 1, error=str(err))
+            self.errors += 1  # after the snapshot that says why: a reader of the count finds it
+            log.warning("tenant source: keeping the last good profiles: %s", err)
+            return
+        for line in skipped:
+            if line not in self._warned:
+                self._warned.add(line)
+                log.info("neutral score: %s", escape(line))
+        nodes = tuple(profiles)
+        self._last = Snapshot(ProfileSet(nodes), NodeArrays.build(nodes), now, self._last.version + 1)
+
+    def read(self, now: float) -> tuple[list[NodeProfile], list[str]]:
+        """Every server's profile, and one line per server left out saying why."""
+        reader = self.reader
+        profiles: list[NodeProfile] = []
+        skipped: list[str] = []
+        for server_id in self._server_ids(reader):
+            try:
+                server = self._servers.get(server_id) or self.registrar.server(server_id)
+            except NadikiReadError as err:
+                skipped.append(f"server {server_id}: {err}")
+                continue
+            self._servers[server_id] = server
+            point = server.point(ENERGY_FIELD)
+            if point is None:
+                skipped.append(f"server {server_id}: the registrar lists no {ENERGY_FIELD} series for it")
+                continue
+            windows = reader.windows(point, server_id, now - self.config.history_seconds, now)
+            if not windows.starts:
+                skipped.append(f"server {server_id}: no energy window in the last {self.config.history_seconds:g} s")
+                continue
+            try:
+                profiles.append(
+                    server_profile(
+                        server, point, list(windows.starts), list(windows.joules), self.config.threads_per_core
+                    )
+                )
+            except tenant.ShareError as err:
+                skipped.append(f"server {server_id}: {err}")
+        return profiles, skipped
+
+
+__all__ = ["TenantConfig", "TenantSource", "check_tenant_config", "server_profile"]
