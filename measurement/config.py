@@ -55,6 +55,21 @@ class SourcesConfig:
     )
     rescan_seconds: float = setting(30.0, "re-list zones; full pod rescan", minimum=1)
     server_includes_gpus: bool = setting(False, "does the server reading (IPMI/Redfish) include the GPUs?")
+    read_wait_seconds: float = setting(
+        0.05,
+        "a sample or a window edge waits this long for each source's fresh reading; a slower source's reading"
+        " counts when it arrives",
+        minimum=0,
+        maximum=5,
+        between=True,
+    )
+    retry_initial_seconds: float = setting(
+        1.0, "first wait before a failed source (read or start) is tried again; doubles each failure", minimum=0.01
+    )
+    retry_max_seconds: float = setting(30.0, "the longest wait between tries of a failed source", minimum=0.01)
+    power_window_seconds: float = setting(
+        10.0, "power gauges are each zone's energy change over this window", exclusive_minimum=0
+    )
 
 
 @dataclass(frozen=True)
@@ -88,7 +103,7 @@ class CrossCheckConfig:
 
 @dataclass(frozen=True)
 class KubernetesConfig:
-    mode: str = setting("auto", "how pods are named (quote `\"off\"` in YAML)", choices=KUBERNETES_MODES, empty_ok=True)
+    mode: str = setting("auto", 'how pods are named (quote `"off"` in YAML)', choices=KUBERNETES_MODES, empty_ok=True)
     kubeconfig: str = setting("", "required for `kubeconfig`", empty_ok=True)
     refresh_seconds: float = setting(30.0, "pod list refresh", minimum=1)
 
@@ -153,6 +168,11 @@ class AgentConfig:
         need(len(set(self.sources.order)) == len(self.sources.order), "sources.order", "lists a source twice")
         for name in self.sources.options:
             need(name in SOURCES, f"sources.options.{name}", f"unknown source (known: {', '.join(sorted(SOURCES))})")
+        need(
+            self.sources.retry_max_seconds >= self.sources.retry_initial_seconds,
+            "sources.retry_max_seconds",
+            f"must be >= sources.retry_initial_seconds ({self.sources.retry_initial_seconds:g})",
+        )
         need(
             self.anomaly.max_gap_seconds >= i,
             "anomaly.max_gap_seconds",

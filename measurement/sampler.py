@@ -25,7 +25,7 @@ from typing import Any
 
 from joulesched.measurement.config import AgentConfig
 from joulesched.measurement.errors import TooManyWindows, UnknownWindow
-from joulesched.measurement.meter import EnergyMeter, MeterRead
+from joulesched.measurement.meter import EnergyMeter, MeterRead, Pending
 from joulesched.measurement.model import RollingFit
 from joulesched.measurement.snapshot import GpuSummary, Interval, ModelSnapshot, PodSnapshot, Snapshot, ZoneSnapshot
 from joulesched.measurement.sources.base import (
@@ -77,19 +77,27 @@ class Sampler:
         cgroups: CgroupCpu | None = None,
         procstat: ProcStat | None = None,
         pods: PodDirectory | None = None,
+        pending: Sequence[Pending] = (),
     ) -> None:
         self.config = config
         self.node = node
         self.clock = clock
+        sc = config.sources
         self.meter = EnergyMeter(
             sources,
-            order=config.sources.order,
+            order=sc.order,
             clock=clock,
             max_zone_watts=config.anomaly.max_zone_watts,
             max_gap_seconds=config.anomaly.max_gap_seconds,
-            rescan_seconds=config.sources.rescan_seconds,
-            server_includes_gpus=config.sources.server_includes_gpus,
+            rescan_seconds=sc.rescan_seconds,
+            server_includes_gpus=sc.server_includes_gpus,
+            pending=pending,
+            retry_initial_seconds=sc.retry_initial_seconds,
+            retry_max_seconds=sc.retry_max_seconds,
+            power_window_seconds=sc.power_window_seconds,
+            stale_seconds=stale_seconds(config),
         )
+        self._node_history: deque[tuple[float, float, str]] = deque()  # (time, node joules, basis): the gauge
         self.cgroups = cgroups
         self.procstat = procstat
         self.directory: PodDirectory = pods or NoDirectory()
@@ -122,11 +130,18 @@ class Sampler:
 
     # -- windows -------------------------------------------------------------------------------
 
+    # The meter is read outside the sampler's lock: a window edge waits for the sources at most
+    # sources.read_wait_seconds, never for a sample in progress.
+
     def open_window(self, label: str = "") -> Window:
         with self.lock:
             if len(self._windows) >= MAX_WINDOWS:
                 raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
-            window = Window(secrets.token_hex(8), self.meter.read(), label)
+        start = self.meter.read()
+        with self.lock:
+            if len(self._windows) >= MAX_WINDOWS:
+                raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
+            window = Window(secrets.token_hex(8), start, label)
             self._windows[window.id] = window
             return window
 
@@ -141,15 +156,15 @@ class Sampler:
             window = self._windows.pop(window_id, None)
             if window is None:
                 raise UnknownWindow(window_id)
-            end = self.meter.read()
-            layout = self.meter.layout
-        return window_energy(window.start, end, layout, window.id, window.label)
+        end = self.meter.read()
+        return window_energy(window.start, end, self.meter.layout, window.id, window.label)
 
     # -- sampling ------------------------------------------------------------------------------
 
     def sample(self) -> Snapshot:
+        read = self.meter.read()
         with self.lock:
-            return self._sample()
+            return self._sample(read)
 
     def _read_cpu(self, now: float) -> tuple[CpuTimes | None, dict[str, float]]:
         times = None
@@ -211,8 +226,7 @@ class Sampler:
                     log.debug("%s: GPU utilisation unavailable: %s", source.name, err)
         return per_pod, other, util
 
-    def _sample(self) -> Snapshot:
-        read = self.meter.read()
+    def _sample(self, read: MeterRead) -> Snapshot:
         now = read.time
         times, usage = self._read_cpu(now)
         gpu_per_pod, gpu_other, gpu_util = self._gpu_use()
@@ -416,10 +430,7 @@ class Sampler:
 
     def _build(self, read: MeterRead, interval: Interval | None, dt: float) -> Snapshot:
         zones = []
-        prev_watts = interval.zones if interval is not None else {}
-        for info, total_nj, present in self.meter.zone_states():
-            key = f"{info.source}/{info.zone}"
-            watts = prev_watts[key] / dt if key in prev_watts and dt > 0 else None
+        for info, total_nj, present, watts in self.meter.zone_states():
             zones.append(
                 ZoneSnapshot(
                     info.source,
@@ -484,7 +495,7 @@ class Sampler:
             zones=tuple(zones),
             sources=self.meter.source_snapshots(),
             node_energy_total=dict(self._node_total),
-            node_power_watts=interval.node_joules / dt if interval is not None and dt > 0 and layout.basis else None,
+            node_power_watts=self._node_power(read, interval),
             domain_energy_total=dict(self._domain_total),
             buckets_total={b: dict(d) for b, d in self._buckets_total.items()},
             busy_cpu_seconds_total=self._busy_total,
@@ -503,6 +514,24 @@ class Sampler:
             domains=layout.domains,
             discarded=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.discarded_seconds.items())),
         )
+
+    def _node_power(self, read: MeterRead, interval: Interval | None) -> float | None:
+        """The node's power over the last ``power_window_seconds`` of samples; None (absent, not
+        0 W) while a zone of its basis is not reading, or before two samples."""
+        history = self._node_history
+        layout = self.meter.layout
+        if interval is None or not layout.basis or not self.meter.basis_reading():
+            history.clear()
+            return None
+        if history and history[0][2] != layout.basis:
+            history.clear()
+        total = self._node_total.get(layout.basis, 0.0)
+        history.append((read.time, total, layout.basis))
+        window = self.config.sources.power_window_seconds
+        while len(history) > 2 and read.time - history[1][0] >= window:
+            history.popleft()
+        (t0, e0, _), (t1, e1, _) = history[0], history[-1]
+        return (e1 - e0) / (t1 - t0) if t1 > t0 else None
 
     def _gpu_summary(self, fits: Mapping[str, Any]) -> GpuSummary | None:
         gpus = sorted(self._gpu_util)
@@ -545,4 +574,10 @@ def window_energy(
     }
 
 
-__all__ = ["Sampler", "UnknownWindow", "Window", "window_energy"]
+def stale_seconds(config: AgentConfig) -> float:
+    """How long a zone may go unread before its power gauge is absent: two intervals, the wait
+    for a reading, and a second of slack for a loaded machine."""
+    return 2 * config.interval_seconds + config.sources.read_wait_seconds + 1.0
+
+
+__all__ = ["Sampler", "UnknownWindow", "Window", "stale_seconds", "window_energy"]

@@ -27,6 +27,8 @@ from joulesched.policy.site import IntensityUnavailable, SiteCatalogue
 
 log = logging.getLogger(__name__)
 
+ERROR_LABEL_CHARS = 300  # a source's error label: long enough to name the cause and the fix
+
 
 def _family(metric: n.Metric) -> Metric:
     labels = list(metric.labels)
@@ -105,6 +107,8 @@ def families(snap: Snapshot) -> list[Metric]:
     f.add(n.NODE_INFO, (node, snap.site, snap.server_id), 1.0)
     for s in snap.sources:
         f.add(n.SOURCE_UP, (s.name,), 1.0 if s.up else 0.0)
+        if s.error:
+            f.add(n.SOURCE_ERROR, (s.name, s.error[:ERROR_LABEL_CHARS]), 1.0)
         f.histogram(n.SOURCE_READ_SECONDS, (s.name,), s.read_seconds_buckets, s.read_seconds_sum)
         f.add(n.SOURCE_ERRORS, (s.name,), float(s.errors_total))
     for source, zone, kind, count in snap.anomalies:
