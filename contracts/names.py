@@ -60,8 +60,23 @@ NODE_ENERGY = _m(
     L_SOURCE,
     L_ZONE,
 )
+NODE_ENERGY_ESTIMATED = _m(
+    "node_energy_estimated_joules_total",
+    "counter",
+    "Energy of one source and zone estimated (its power model over the CPU time measured) for intervals it could"
+    " not measure; not part of node_energy_joules_total. Node, domain and pod totals include it.",
+    L_NODE,
+    L_SOURCE,
+    L_ZONE,
+)
 NODE_POWER = _m(
-    "node_power_watts", "gauge", "Power of one source and zone over the last sample interval.", L_NODE, L_SOURCE, L_ZONE
+    "node_power_watts",
+    "gauge",
+    "Power of one source and zone: its energy change over the agent's power window (10 s by default), at most the"
+    " zone's maximum; absent while the zone is not read.",
+    L_NODE,
+    L_SOURCE,
+    L_ZONE,
 )
 NODE_PLATFORM_ENERGY = _m(
     "node_platform_energy_joules_total",
@@ -71,7 +86,12 @@ NODE_PLATFORM_ENERGY = _m(
     L_BASIS,
 )
 NODE_PLATFORM_POWER = _m(
-    "node_platform_power_watts", "gauge", "Whole-node power over the last sample interval.", L_NODE, L_BASIS
+    "node_platform_power_watts",
+    "gauge",
+    "Whole-node power: the node energy's change over the agent's power window; absent while a source of the basis"
+    " is not read.",
+    L_NODE,
+    L_BASIS,
 )
 NODE_DOMAIN_ENERGY = _m(
     "node_domain_energy_joules_total",
@@ -196,6 +216,14 @@ DISCARDED_SECONDS = _m(
     "energy_discarded_seconds_total",
     "counter",
     "Time whose energy a zone could not count (the intervals dropped as anomalies), by kind.",
+    L_SOURCE,
+    L_ZONE,
+    L_KIND,
+)
+ESTIMATED_SECONDS = _m(
+    "energy_estimated_seconds_total",
+    "counter",
+    "Time whose energy a zone could not measure and the agent estimated instead (the anomalies), by kind.",
     L_SOURCE,
     L_ZONE,
     L_KIND,

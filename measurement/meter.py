@@ -28,6 +28,15 @@ tried again after a capped exponential backoff with jitter (``retry_initial_seco
 ``retry_max_seconds``, each wait drawn from half to all of it), so a BMC that is down is not
 hammered and one that comes back is read within one backoff period.
 
+Gaps. A counter loses nothing when reads fail: the next reading catches up, measured. A power
+zone's readings up to ``max_gap_seconds`` apart are integrated (the trapezoid between them). An
+interval the meter cannot measure — a power gap longer than that, a counter reset, a step back,
+an implausible jump — is handed to the ``estimator`` (the sampler's: the zone's own power model
+over the CPU time measured during the gap); what it returns is added to the zone's *estimated*
+total, kept apart from the measured one (``MeterRead.estimated``; ``MeterRead.totals`` holds
+both, so windows and attribution count it); without an estimate the interval stays discarded
+(``discarded_seconds``). Either way it is counted in ``anomalies``.
+
 Zones are re-listed every ``rescan_seconds``: a new zone starts from its first reading; a zone
 that disappeared keeps its total and is marked absent.
 
@@ -46,7 +55,7 @@ import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, SourceSnapshot
@@ -57,6 +66,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 Opener = Callable[[], Source]
+Estimator = Callable[[ZoneInfo, float, float], float | None]  # (zone, start, end) -> joules or None
 
 
 WRAP_HEADROOM = 4.0  # a wrap is believed up to this many times the zone's highest power seen
@@ -74,7 +84,18 @@ class Pending:
 
 
 class _ZoneState:
-    __slots__ = ("history", "info", "last", "last_ok", "max_watts", "peak_watts", "present", "total_nj", "zone")
+    __slots__ = (
+        "estimated_nj",
+        "history",
+        "info",
+        "last",
+        "last_ok",
+        "max_watts",
+        "peak_watts",
+        "present",
+        "total_nj",
+        "zone",
+    )
 
     def __init__(self, zone: Zone, info: ZoneInfo, max_watts: float) -> None:
         self.zone = zone
@@ -83,7 +104,8 @@ class _ZoneState:
         # current value was first seen, the start of the interval the next step accrued over
         self.last: Reading | None = None
         self.last_ok = float("-inf")  # when the zone last read successfully (changed or not)
-        self.total_nj = 0
+        self.total_nj = 0  # measured
+        self.estimated_nj = 0  # estimated for intervals that could not be measured
         self.present = True
         self.peak_watts = 0.0  # the highest power of an accepted counter interval
         self.max_watts = max_watts  # the gauge's cap
@@ -116,7 +138,8 @@ class _SourceState:
 @dataclass(frozen=True)
 class MeterRead:
     time: float
-    totals: dict[ZoneKey, int]  # nanojoules since the meter started
+    totals: dict[ZoneKey, int]  # nanojoules since the meter started, measured + estimated
+    estimated: dict[ZoneKey, int] = field(default_factory=dict)  # the estimated part of totals
 
 
 def _info(source: str, zone: Zone) -> ZoneInfo:
@@ -157,6 +180,8 @@ class EnergyMeter:
         self.order = tuple(order) or tuple(s.name for s in self._sources)
         self.anomalies: dict[tuple[str, str, str], int] = {}
         self.discarded_seconds: dict[tuple[str, str, str], float] = {}  # time whose energy is unknown
+        self.estimated_seconds: dict[tuple[str, str, str], float] = {}  # time whose energy is estimated
+        self.estimator: Estimator | None = None
         now = clock()
         for state in self._sources:
             state.last_rescan = now
@@ -223,15 +248,26 @@ class EnergyMeter:
         with self.lock:
             return [st.source for st in self._sources if st.source is not None]
 
-    def zone_states(self) -> list[tuple[ZoneInfo, int, bool, float | None]]:
-        """Each zone's info, total (nJ), presence and power gauge (W; None: unknown now)."""
+    def zone_states(self) -> list[tuple[ZoneInfo, int, bool, float | None, int]]:
+        """Each zone's info, measured total (nJ), presence, power gauge (W; None: unknown now)
+        and estimated total (nJ)."""
         with self.lock:
             now = self.clock()
             return [
-                (zs.info, zs.total_nj, zs.present, self._gauge(zs, now))
+                (zs.info, zs.total_nj, zs.present, self._gauge(zs, now), zs.estimated_nj)
                 for st in self._sources
                 for zs in st.zones.values()
             ]
+
+    def power_readings(self) -> dict[ZoneKey, Reading]:
+        """The last accepted reading of every power zone (watts, when)."""
+        with self.lock:
+            return {
+                (st.name, zs.info.zone): zs.last
+                for st in self._sources
+                for zs in st.zones.values()
+                if zs.info.kind == "power" and zs.last is not None and zs.present
+            }
 
     def _gauge(self, zs: _ZoneState, now: float) -> float | None:
         if not zs.present or now - zs.last_ok > self.stale_seconds or len(zs.history) < 2:
@@ -258,20 +294,32 @@ class EnergyMeter:
         state.up = False
         state.error = message
 
-    def _anomaly(self, info: ZoneInfo, kind: str, detail: str, seconds: float) -> None:
+    def _anomaly(self, info: ZoneInfo, kind: str, detail: str, seconds: float, estimated: bool = False) -> None:
         key = (info.source, info.zone, kind)
         count = self.anomalies.get(key, 0)
         self.anomalies[key] = count + 1
-        self.discarded_seconds[key] = self.discarded_seconds.get(key, 0.0) + max(seconds, 0.0)
+        into = self.estimated_seconds if estimated else self.discarded_seconds
+        into[key] = into.get(key, 0.0) + max(seconds, 0.0)
         if count == 0:
             log.warning(
-                "%s zone %s: %s energy delta dropped (%s); further ones are counted in "
+                "%s zone %s: %s energy delta dropped (%s), %s; further ones are counted in "
                 "joulesched_energy_anomalies_total only",
                 info.source,
                 info.zone,
                 kind,
                 detail,
+                "estimated from the power model" if estimated else "no estimate possible yet",
             )
+
+    def _estimate(self, info: ZoneInfo, start: float, end: float) -> float | None:
+        if self.estimator is None or end <= start:
+            return None
+        try:
+            joules = self.estimator(info, start, end)
+        except Exception:  # an estimate is a bonus: its failure loses nothing already measured
+            log.exception("%s zone %s: estimating a gap failed", info.source, info.zone)
+            return None
+        return joules if joules is not None and joules >= 0 else None
 
     def read(self, wait: float | None = None) -> MeterRead:
         """Read every zone now (after :meth:`start`: ask every reader, wait at most ``wait``
@@ -281,7 +329,7 @@ class EnergyMeter:
                 now = self.clock()
                 for state in list(self._sources):
                     self._attempt(state)
-                return MeterRead(now, self._totals())
+                return self._totals(now)
         now = self.clock()
         deadline = time.monotonic() + (self.wait_seconds if wait is None else wait)
         tickets = []
@@ -298,10 +346,15 @@ class EnergyMeter:
                         break
                     state.cond.wait(remaining)
         with self.lock:
-            return MeterRead(now, self._totals())
+            return self._totals(now)
 
-    def _totals(self) -> dict[ZoneKey, int]:
-        return {(st.name, zs.info.zone): zs.total_nj for st in self._sources for zs in st.zones.values()}
+    def _totals(self, now: float) -> MeterRead:
+        zones = [(st.name, zs) for st in self._sources for zs in st.zones.values()]
+        return MeterRead(
+            now,
+            {(name, zs.info.zone): zs.total_nj + zs.estimated_nj for name, zs in zones},
+            {(name, zs.info.zone): zs.estimated_nj for name, zs in zones if zs.estimated_nj},
+        )
 
     def start(self, wait_seconds: float) -> None:
         """Give every source a reader thread; :meth:`read` then waits at most ``wait_seconds``."""
@@ -456,11 +509,15 @@ class EnergyMeter:
         if delta.joules is None:
             kind = delta.anomaly or "implausible"
             garbage = kind == "garbage"  # an impossible reading: keep the last good one, lose nothing
+            estimate = None if garbage else self._estimate(info, last.timestamp, reading.timestamp)
+            if estimate is not None:
+                zs.estimated_nj += to_nanojoules(estimate)
             self._anomaly(
                 info,
                 kind,
                 f"{last.value:g} → {reading.value:g} over {dt:.3f} s",
                 0.0 if garbage else dt,
+                estimated=estimate is not None,
             )
             if garbage:
                 return

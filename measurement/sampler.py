@@ -7,6 +7,13 @@ previous sample; splits the node's energy into domains (:func:`measurement.energ
 attributes it to pods (:func:`measurement.attribution.attribute`); updates the power model and
 the cross-check; and returns a new snapshot. Nothing in a snapshot changes after it is built.
 
+Gaps the meter cannot measure (a power gap longer than ``anomaly.max_gap_seconds``, a counter
+reset or step back) are estimated here (:meth:`Sampler._estimate`): each zone has its own power
+model P = a + b·u (u = busy cores), fitted on the intervals it measured cleanly, and a gap's energy
+is a·seconds + b·(busy CPU seconds measured over the gap). A GPU zone, or a zone whose load never
+varied, takes its mean power instead; a zone with fewer than ``model.min_samples`` clean intervals
+gets no estimate (its gap stays discarded). Estimates are exported apart from measurements.
+
 Windows (``POST/DELETE /v1/windows``, ``joulesched measure``) read the meter at their exact edges
 through :meth:`Sampler.open_window` / :meth:`Sampler.close_window`: a window's energy is the
 difference of two counter reads, never power × interval.
@@ -18,6 +25,7 @@ import logging
 import secrets
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,13 +46,14 @@ from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
 from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory
 from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
 from joulesched.policy.attribution import PodUsage, attribute
-from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneKey, split_node
+from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneInfo, ZoneKey, split_node
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 OWNER_WINDOW_SECONDS = 300.0
 MAX_WINDOWS = 1024
+CPU_HISTORY = 7200  # samples of cumulative busy CPU time kept for estimating gaps (2 h at 1 s)
 
 
 class _Pod:
@@ -88,7 +97,7 @@ class Sampler:
             order=sc.order,
             clock=clock,
             max_zone_watts=config.anomaly.max_zone_watts,
-            max_gap_seconds=config.anomaly.max_gap_seconds,
+            max_gap_seconds=max_gap_seconds(config),
             rescan_seconds=sc.rescan_seconds,
             server_includes_gpus=sc.server_includes_gpus,
             pending=pending,
@@ -98,6 +107,11 @@ class Sampler:
             stale_seconds=stale_seconds(config),
         )
         self._node_history: deque[tuple[float, float, str]] = deque()  # (time, node joules, basis): the gauge
+        # for estimating gaps; own lock: the meter calls _estimate from a reader thread holding its lock
+        self._cpu_lock = threading.Lock()
+        self._cpu_history: deque[tuple[float, float]] = deque(maxlen=CPU_HISTORY)  # (time, busy s total)
+        self._zone_models: dict[ZoneKey, RollingFit] = {}
+        self.meter.estimator = self._estimate
         self.cgroups = cgroups
         self.procstat = procstat
         self.directory: PodDirectory = pods or NoDirectory()
@@ -276,9 +290,19 @@ class Sampler:
             busy = sum(pod_cpu.values())
         if prev is not None:
             self._busy_total += busy
+        with self._cpu_lock:
+            self._cpu_history.append((now, self._busy_total))
 
         if prev is not None and dt > 0:
             deltas: dict[ZoneKey, float] = {k: (v - prev.totals.get(k, 0)) / NANO for k, v in read.totals.items()}
+            estimated = {
+                k: (v - prev.estimated.get(k, 0)) / NANO
+                for k, v in read.estimated.items()
+                if v != prev.estimated.get(k, 0)
+            }
+            learn = learn and not estimated  # an estimate must not teach the models it came from
+            if learn:
+                self._learn_zones(deltas, busy / dt, dt, prev.time, now)
             split = split_node(layout, deltas)
             pods_now = self._pods
             usages = {
@@ -331,6 +355,7 @@ class Sampler:
                 busy_cpu_seconds=busy,
                 pod_cpu_seconds=dict(pod_cpu),
                 zones={f"{k[0]}/{k[1]}": j for k, j in deltas.items()},
+                estimated_joules=split_node(layout, estimated).node_joules if estimated else 0.0,
             )
         elif prev is not None and dt <= 0:
             log.warning("clock did not advance between samples (%.6f → %.6f); interval skipped", prev.time, now)
@@ -338,6 +363,61 @@ class Sampler:
         snapshot = self._build(read, interval, dt)
         self.latest = snapshot
         return snapshot
+
+    def _learn_zones(self, deltas: Mapping[ZoneKey, float], cores: float, dt: float, start: float, end: float) -> None:
+        """Teach each zone's model this interval's power against its busy cores. A power zone's
+        reading is an instant (or the BMC's short average) at the interval's end: it is paired with
+        the interval's CPU use as it is; the straight line the meter integrates between two
+        readings would blur a load step over two intervals and bias the slope."""
+        m = self.config.model
+        readings = self.meter.power_readings()
+        with self._cpu_lock:
+            for key, joules in deltas.items():
+                watts = joules / dt
+                if key in readings:
+                    reading = readings[key]
+                    if not start < reading.timestamp <= end:
+                        continue  # no reading of its own in this interval
+                    watts = reading.value
+                model = self._zone_models.get(key)
+                if model is None:
+                    model = self._zone_models[key] = RollingFit(m.window_samples, m.min_samples, m.min_spread_cores)
+                model.add(cores, watts)
+
+    def _busy_between(self, start: float, end: float) -> float | None:
+        """Busy CPU seconds measured between two moments: interpolated between samples, and at the
+        recent end extrapolated at the last interval's rate (a reading can arrive before the
+        sample that measures its CPU time)."""
+        history = self._cpu_history
+        if len(history) < 2:
+            return None
+
+        def at(t: float) -> float:
+            if t >= history[-1][0]:
+                (t0, b0), (t1, b1) = history[-2], history[-1]
+            elif t <= history[0][0]:
+                (t0, b0), (t1, b1) = history[0], history[1]
+            else:
+                i = bisect_right(history, t, key=lambda item: item[0])
+                (t0, b0), (t1, b1) = history[i - 1], history[i]
+            rate = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+            return b0 + rate * (t - t0)
+
+        return max(at(end) - at(start), 0.0)
+
+    def _estimate(self, info: ZoneInfo, start: float, end: float) -> float | None:
+        """The energy of one zone over an interval it could not measure (None: no estimate)."""
+        seconds = end - start
+        with self._cpu_lock:
+            model = self._zone_models.get((info.source, info.zone))
+            if model is None or model.samples < model.min_samples:
+                return None
+            mean = model.mean_power()
+            fit = model.fit() if info.domain != "gpu" else None
+            busy = self._busy_between(start, end) if fit is not None else None
+        if fit is None or busy is None:
+            return max(mean, 0.0) * seconds if mean is not None else None
+        return max(fit.idle_watts * seconds + fit.slope_watts * busy, 0.0)
 
     def _gpu_model(self, gpu: str) -> RollingFit:
         model = self.gpu_models.get(gpu)
@@ -430,7 +510,7 @@ class Sampler:
 
     def _build(self, read: MeterRead, interval: Interval | None, dt: float) -> Snapshot:
         zones = []
-        for info, total_nj, present, watts in self.meter.zone_states():
+        for info, total_nj, present, watts, estimated_nj in self.meter.zone_states():
             zones.append(
                 ZoneSnapshot(
                     info.source,
@@ -442,6 +522,7 @@ class Sampler:
                     total_nj / NANO,
                     watts,
                     present,
+                    estimated_nj / NANO,
                 )
             )
         pods = []
@@ -513,6 +594,7 @@ class Sampler:
             power_cap_watts=self.config.node.power_cap_watts,
             domains=layout.domains,
             discarded=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.discarded_seconds.items())),
+            estimated=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.estimated_seconds.items())),
         )
 
     def _node_power(self, read: MeterRead, interval: Interval | None) -> float | None:
@@ -561,6 +643,11 @@ def window_energy(
     """Energy per domain between two meter reads (a window's edges), as a JSON-ready mapping."""
     deltas = {k: (v - start.totals[k]) / NANO for k, v in end.totals.items() if k in start.totals}
     split = split_node(layout, deltas)
+    estimated = {
+        k: (v - start.estimated.get(k, 0)) / NANO
+        for k, v in end.estimated.items()
+        if k in start.totals and v != start.estimated.get(k, 0)
+    }
     return {
         "id": window_id,
         "label": label,
@@ -571,7 +658,19 @@ def window_energy(
         "sources": list(layout.sources),
         "joules": {"node": split.node_joules, **{d: split.domains[d] for d in NODE_DOMAINS}},
         "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(deltas.items())},
+        # the part of joules the agent estimated for gaps it could not measure (included above)
+        "estimated_joules": {
+            "node": split_node(layout, estimated).node_joules if estimated else 0.0,
+            "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(estimated.items())},
+        },
     }
+
+
+def max_gap_seconds(config: AgentConfig) -> float:
+    """Power readings further apart than this are a gap (estimated, not integrated): more than one
+    missed read at the configured interval, unless configured."""
+    configured = config.anomaly.max_gap_seconds
+    return configured if configured is not None else 2.5 * config.interval_seconds
 
 
 def stale_seconds(config: AgentConfig) -> float:
@@ -580,4 +679,4 @@ def stale_seconds(config: AgentConfig) -> float:
     return 2 * config.interval_seconds + config.sources.read_wait_seconds + 1.0
 
 
-__all__ = ["Sampler", "UnknownWindow", "Window", "stale_seconds", "window_energy"]
+__all__ = ["Sampler", "UnknownWindow", "Window", "max_gap_seconds", "stale_seconds", "window_energy"]

@@ -67,6 +67,7 @@ def families(snap: Snapshot) -> list[Metric]:
     node = snap.node
     for z in snap.zones:
         f.add(n.NODE_ENERGY, (node, z.source, z.zone), z.joules_total)
+        f.add(n.NODE_ENERGY_ESTIMATED, (node, z.source, z.zone), z.estimated_joules_total)
         if z.watts is not None and z.present:
             f.add(n.NODE_POWER, (node, z.source, z.zone), z.watts)
     for basis, joules in sorted(snap.node_energy_total.items()):
@@ -115,6 +116,8 @@ def families(snap: Snapshot) -> list[Metric]:
         f.add(n.ANOMALIES, (source, zone, kind), float(count))
     for source, zone, kind, seconds in snap.discarded:
         f.add(n.DISCARDED_SECONDS, (source, zone, kind), seconds)
+    for source, zone, kind, seconds in snap.estimated:
+        f.add(n.ESTIMATED_SECONDS, (source, zone, kind), seconds)
     for pair, ratio in sorted(snap.ratios.items()):
         f.add(n.SOURCE_RATIO, (node, pair), ratio)
     f.add(n.WINDOWS_OPEN, (node,), float(snap.windows_open))
