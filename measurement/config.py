@@ -117,6 +117,12 @@ class KubernetesConfig:
 class ServerConfig:
     listen: str = setting("127.0.0.1:9102", "`--listen`; `:9102` for all interfaces", empty_ok=True)
     token_file: str = setting("", "bearer token for the windows API (required off loopback)", empty_ok=True)
+    state_dir: str = setting(
+        "",
+        "directory where open windows and their counter offsets are kept (atomically) so that they survive a restart"
+        " (a hostPath or emptyDir in the DaemonSet); empty: a restart loses them",
+        empty_ok=True,
+    )
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, SourceSnapshot
 from joulesched.measurement.sources.base import HasMaxWatts, Reading, ReadsInPasses, Source, Zone
+from joulesched.measurement.windowstore import Anchor
 from joulesched.policy.energy import Layout, ZoneInfo, ZoneKey, counter_delta, plan_layout, to_nanojoules, trapezoid
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,23 @@ class EnergyMeter:
                 for zs in st.zones.values()
             ]
 
+    def anchors(self) -> dict[ZoneKey, Anchor]:
+        """Every counter zone's last accepted raw reading with the totals it made (for carrying
+        windows across a restart, measurement/windowstore.py)."""
+        with self.lock:
+            return {
+                (st.name, zs.info.zone): Anchor(
+                    zs.last.value,
+                    zs.last.timestamp,
+                    zs.total_nj + zs.estimated_nj,
+                    zs.estimated_nj,
+                    zs.info.max_joules,
+                )
+                for st in self._sources
+                for zs in st.zones.values()
+                if zs.info.kind == "counter" and zs.last is not None and zs.present
+            }
+
     def power_readings(self) -> dict[ZoneKey, Reading]:
         """The last accepted reading of every power zone (watts, when)."""
         with self.lock:
@@ -347,6 +365,11 @@ class EnergyMeter:
                     state.cond.wait(remaining)
         with self.lock:
             return self._totals(now)
+
+    def current(self) -> MeterRead:
+        """The running totals as they stand, without reading anything."""
+        with self.lock:
+            return self._totals(self.clock())
 
     def _totals(self, now: float) -> MeterRead:
         zones = [(st.name, zs) for st in self._sources for zs in st.zones.values()]

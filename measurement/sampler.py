@@ -45,8 +45,9 @@ from joulesched.measurement.sources.base import (
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
 from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory
 from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
+from joulesched.measurement.windowstore import WindowStore, parse_record, window_record
 from joulesched.policy.attribution import PodUsage, attribute
-from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneInfo, ZoneKey, split_node
+from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneInfo, ZoneKey, counter_delta, split_node, to_nanojoules
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Window:
     id: str
     start: MeterRead
     label: str
+    restarted: Mapping[str, Any] | None = None  # opened before an agent restart: what it carried, what it lost
 
 
 class Sampler:
@@ -112,6 +114,10 @@ class Sampler:
         self._cpu_history: deque[tuple[float, float]] = deque(maxlen=CPU_HISTORY)  # (time, busy s total)
         self._zone_models: dict[ZoneKey, RollingFit] = {}
         self.meter.estimator = self._estimate
+        self._store = WindowStore(config.server.state_dir) if config.server.state_dir else None
+        self._store_lock = threading.Lock()
+        self._restoring = self._store.load() if self._store is not None else None
+        self._started = clock()
         self.cgroups = cgroups
         self.procstat = procstat
         self.directory: PodDirectory = pods or NoDirectory()
@@ -157,28 +163,127 @@ class Sampler:
                 raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
             window = Window(secrets.token_hex(8), start, label)
             self._windows[window.id] = window
-            return window
+        self._persist()
+        return window
 
     def window(self, window_id: str) -> Window:
+        self._restore_now()
         with self.lock:
             if window_id not in self._windows:
                 raise UnknownWindow(window_id)
             return self._windows[window_id]
 
     def close_window(self, window_id: str) -> dict[str, Any]:
+        self._restore_now()
         with self.lock:
             window = self._windows.pop(window_id, None)
             if window is None:
                 raise UnknownWindow(window_id)
         end = self.meter.read()
-        return window_energy(window.start, end, self.meter.layout, window.id, window.label)
+        self._persist()
+        return window_energy(window.start, end, self.meter.layout, window.id, window.label, window.restarted)
+
+    # -- windows across a restart (measurement/windowstore.py) --------------------------------
+
+    def _persist(self) -> None:
+        if self._store is None:
+            return
+        with self.lock:
+            records = [
+                window_record(w.id, w.label, w.start.time, w.start.totals, w.start.estimated, w.restarted)
+                for w in self._windows.values()
+            ]
+        read = self.meter.current()
+        with self._store_lock:
+            self._store.save(records, self.meter.anchors(), read.time, read.totals, read.estimated)
+
+    def _restore_now(self) -> None:
+        """A request for a window of the last run before the first samples: carry them now."""
+        if self._restoring is not None:
+            self._restore(self.meter.read())
+
+    def _restore(self, read: MeterRead) -> None:
+        with self.lock:
+            if self._restoring is None:
+                return
+            last = self._restoring
+            records, old, saved = last.windows, last.anchors, last.saved
+            self._restoring = None
+            new = self.meter.anchors()
+            offsets: dict[ZoneKey, tuple[int, int]] = {}  # old-frame total - new-frame total (all, estimated)
+            for key, a in old.items():
+                b = new.get(key)
+                if b is None:
+                    continue
+                delta = counter_delta(a.raw, b.raw, a.max_joules, b.time - a.time, self.config.anomaly.max_zone_watts)
+                if delta.joules is not None:
+                    offsets[key] = (
+                        a.total_nj + to_nanojoules(delta.joules) - b.total_nj,
+                        a.estimated_nj - b.estimated_nj,
+                    )
+            for record in records:
+                totals, estimated = parse_record(record)
+                start_totals: dict[ZoneKey, int] = {}
+                start_estimated: dict[ZoneKey, int] = {}
+                lost: list[str] = []
+                for key, now_total in read.totals.items():
+                    if key in totals and key in offsets:
+                        start_totals[key] = totals[key] - offsets[key][0]
+                        start_estimated[key] = estimated.get(key, 0) - offsets[key][1]
+                    elif key in totals and key in last.totals:  # keep its energy up to the save
+                        start_totals[key] = now_total - (last.totals[key] - totals[key])
+                        start_estimated[key] = read.estimated.get(key, 0) - (
+                            last.estimated.get(key, 0) - estimated.get(key, 0)
+                        )
+                        lost.append(f"{key[0]}/{key[1]}")
+                    else:
+                        start_totals[key] = now_total
+                        start_estimated[key] = read.estimated.get(key, 0)
+                        if key in totals:
+                            lost.append(f"{key[0]}/{key[1]}")
+                lost = sorted(lost + [f"{k[0]}/{k[1]}" for k in totals.keys() - read.totals.keys()])
+                restarted = {
+                    "at": read.time,
+                    "last_saved": saved,
+                    "zones_lost": lost,
+                    "seconds_lost": read.time - saved if lost else 0.0,
+                }
+                window = Window(
+                    record["id"],
+                    MeterRead(float(record["start"]), start_totals, start_estimated),
+                    str(record.get("label", "")),
+                    restarted,
+                )
+                self._windows[window.id] = window
+            if records:
+                log.info(
+                    "%d window%s of the last run carried over the restart",
+                    len(records),
+                    "" if len(records) == 1 else "s",
+                )
+        self._persist()
+
+    def _restore_due(self, read: MeterRead) -> bool:
+        """Carry the last run's windows once every zone it anchored has been read again (a slow BMC's
+        first reading can come a few samples late), or after 30 s."""
+        assert self._restoring is not None
+        old = self._restoring.anchors
+        new = self.meter.anchors()
+        waiting = [k for k in old if k in read.totals and k not in new]
+        return not waiting or read.time - self._started >= 30.0
 
     # -- sampling ------------------------------------------------------------------------------
 
     def sample(self) -> Snapshot:
         read = self.meter.read()
+        if self._restoring is not None and self._restore_due(read):
+            self._restore(read)
         with self.lock:
-            return self._sample(read)
+            snapshot = self._sample(read)
+            keep = bool(self._windows)
+        if keep:
+            self._persist()  # the counters' anchors move on: a restart now carries the windows from here
+        return snapshot
 
     def _read_cpu(self, now: float) -> tuple[CpuTimes | None, dict[str, float]]:
         times = None
@@ -638,7 +743,12 @@ class Sampler:
 
 
 def window_energy(
-    start: MeterRead, end: MeterRead, layout: Any, window_id: str = "", label: str = ""
+    start: MeterRead,
+    end: MeterRead,
+    layout: Any,
+    window_id: str = "",
+    label: str = "",
+    restarted: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Energy per domain between two meter reads (a window's edges), as a JSON-ready mapping."""
     deltas = {k: (v - start.totals[k]) / NANO for k, v in end.totals.items() if k in start.totals}
@@ -663,6 +773,7 @@ def window_energy(
             "node": split_node(layout, estimated).node_joules if estimated else 0.0,
             "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(estimated.items())},
         },
+        **({"restarted": dict(restarted)} if restarted is not None else {}),
     }
 
 

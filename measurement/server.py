@@ -361,6 +361,15 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
 
+    def _unknown_window(self, window_id: str) -> None:
+        state_dir = self.server.sampler.config.server.state_dir
+        why = (
+            f"open windows are kept across restarts in {state_dir}"
+            if state_dir
+            else "windows opened before an agent restart are lost without server.state_dir"
+        )
+        self._error(HTTPStatus.NOT_FOUND, f"no open window {window_id[:80]!r}: never opened or already closed ({why})")
+
     def _refuse_body(self, status: int, message: str) -> None:
         """Answer without reading the body; the connection closes (the body is never read)."""
         self.close_connection = True
@@ -518,7 +527,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             window = sampler.window(window_id)
         except UnknownWindow:
-            self._error(HTTPStatus.NOT_FOUND, f"no open window {window_id!r}")
+            self._unknown_window(window_id)
             return
         age = self.server.clock() - window.start.time
         if not authorised and age < MIN_UNAUTHENTICATED_WINDOW:
@@ -531,7 +540,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             result = sampler.close_window(window_id)
         except UnknownWindow:
-            self._error(HTTPStatus.NOT_FOUND, f"no open window {window_id!r}")
+            self._unknown_window(window_id)
             return
         result["kilojoules"] = {k: v / 1000.0 for k, v in result["joules"].items()}
         self._json(HTTPStatus.OK, result)
