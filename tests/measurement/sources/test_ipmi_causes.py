@@ -168,3 +168,36 @@ def test_one_warning_per_change_of_state_not_per_read(clock: FakeClock, caplog: 
     ]
     assert len(warnings) == 2, warnings
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == ["source ipmi_dcmi: reading again"]
+
+
+@needs_freeipmi
+def test_a_bmc_killed_mid_run_stalls_no_other_source(start_bmc, password_file: Path) -> None:
+    """The real FreeIPMI against a BMC that is killed: its reads take seconds each to fail, the
+    other source and every meter read go on at their pace, and it is read again once it is back."""
+    import time
+
+    clock = time.time
+    bmc = start_bmc()
+    ipmi = ipmi_dcmi.open_source(remote_options(bmc, password_file, tool="freeipmi", timeout_s=6.0), Roots())
+    rapl = FakeSource("rapl_sysfs", [FakeZone("package-0", "package", "counter", clock, max_joules=1e9)])
+    meter = EnergyMeter([rapl, ipmi], clock=clock, retry_initial_seconds=0.5, retry_max_seconds=1.0)
+    meter.start(0.05)
+    try:
+        meter.read(wait=5.0)
+        bmc.stop()
+        slowest, energy = 0.0, 0.0
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            energy += 10.0
+            rapl.zone_list[0].value = energy
+            started = time.perf_counter()
+            totals = meter.read().totals
+            slowest = max(slowest, time.perf_counter() - started)
+            assert totals[("rapl_sysfs", "package-0")] == round(energy * 1e9), "the other source read this time"
+            time.sleep(0.1)
+        health = {s.name: s for s in meter.source_snapshots()}
+        assert slowest < 1.0, slowest  # a read waiting for FreeIPMI would take its seconds-long timeout
+        assert not health["ipmi_dcmi"].up and "no answer from the BMC" in health["ipmi_dcmi"].error
+    finally:
+        meter.stop()
+        ipmi.close()
