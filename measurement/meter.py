@@ -357,6 +357,8 @@ class EnergyMeter:
                 tickets.append((state, state.requested))
                 state.cond.notify_all()
         for state, ticket in tickets:
+            if not state.up:  # a failing source (backing off, or hung in a read): its answer is not coming soon
+                continue
             with state.cond:
                 while state.done < ticket and not self._stop.is_set():
                     remaining = deadline - time.monotonic()

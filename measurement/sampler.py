@@ -113,6 +113,7 @@ class Sampler:
         self._cpu_lock = threading.Lock()
         self._cpu_history: deque[tuple[float, float]] = deque(maxlen=CPU_HISTORY)  # (time, busy s total)
         self._zone_models: dict[ZoneKey, RollingFit] = {}
+        self._learned_at: dict[ZoneKey, float] = {}  # a power zone's last reading a model learned from
         self.meter.estimator = self._estimate
         self._store = WindowStore(config.server.state_dir) if config.server.state_dir else None
         self._store_lock = threading.Lock()
@@ -476,13 +477,16 @@ class Sampler:
         readings would blur a load step over two intervals and bias the slope."""
         m = self.config.model
         readings = self.meter.power_readings()
+        # a reading taken in answer to this sample's request is stamped just after the request
+        late = end + self.config.sources.read_wait_seconds
         with self._cpu_lock:
             for key, joules in deltas.items():
                 watts = joules / dt
                 if key in readings:
                     reading = readings[key]
-                    if not start < reading.timestamp <= end:
+                    if not max(start, self._learned_at.get(key, start)) < reading.timestamp <= late:
                         continue  # no reading of its own in this interval
+                    self._learned_at[key] = reading.timestamp
                     watts = reading.value
                 model = self._zone_models.get(key)
                 if model is None:

@@ -352,7 +352,7 @@ class IpmiRunner:
             lines.append(f'password "{password}"')
         if t.cipher_suite is not None:
             lines.append(f"cipher-suite-id {t.cipher_suite}")
-        session_ms = int(t.timeout_s * 1000 * 0.6)  # FreeIPMI gives up (and says why) before timeout_s kills it
+        session_ms = int(t.timeout_s * 1000 * 0.8)
         lines.append(f"session-timeout {session_ms}")
         lines.append(f"retransmission-timeout {max(250, session_ms // (t.retries + 2))}")
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
