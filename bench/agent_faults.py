@@ -29,6 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from joulesched.contracts.net import free_port
@@ -354,6 +355,16 @@ def latency_table(baseline: dict[str, list[float]], faulty: dict[str, list[float
     return added
 
 
+def seconds_until(condition: Callable[[], bool], limit: float = 60.0) -> float | None:
+    """Poll ``condition`` every 0.25 s; the seconds it took to hold, None when it did not in ``limit``."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(0.25)
+    return None
+
+
 def _metric(text: str, name: str, source: str) -> float | None:
     for line in text.splitlines():
         if line.startswith(name + "{") and f'source="{source}"' in line:
@@ -385,12 +396,7 @@ def silent_bmc(base: Path) -> bool:
             silent_to = time.time()
             up_during = _metric(agent.get("/metrics")[1], "joulesched_source_up", "redfish")
             bmc.silent.clear()
-            back = None
-            while time.time() - silent_to < 60:
-                if _metric(agent.get("/metrics")[1], "joulesched_source_up", "redfish") == 1.0:
-                    back = time.time() - silent_to
-                    break
-                time.sleep(0.25)
+            back = seconds_until(lambda: _metric(agent.get("/metrics")[1], "joulesched_source_up", "redfish") == 1.0)
         finally:
             stop.set()
             agent.stop()
@@ -423,13 +429,7 @@ def wrong_password_at_start(base: Path) -> bool:
             metrics0 = agent.get("/metrics")[1]
             time.sleep(5)
             password.write_text("right\n")
-            fixed = time.monotonic()
-            back = None
-            while time.monotonic() - fixed < 60:
-                if agent.get("/readyz")[0] == 200:
-                    back = time.monotonic() - fixed
-                    break
-                time.sleep(0.25)
+            back = seconds_until(lambda: agent.get("/readyz")[0] == 200)
             time.sleep(1.5)
             metrics1 = agent.get("/metrics")[1]
         finally:
@@ -479,12 +479,7 @@ def bmc_killed_and_restarted(base: Path) -> bool:
         latencies = probe(agent, 15)
         bmc, _ = start_bmc(port)
         restarted = time.time()
-        back = None
-        while time.time() - restarted < 60:
-            if _metric(agent.get("/metrics")[1], "joulesched_source_up", "ipmi_dcmi") == 1.0:
-                back = time.time() - restarted
-                break
-            time.sleep(0.25)
+        back = seconds_until(lambda: _metric(agent.get("/metrics")[1], "joulesched_source_up", "ipmi_dcmi") == 1.0)
         time.sleep(5)
         metrics = agent.get("/metrics")[1]
     finally:
