@@ -9,8 +9,9 @@ energy since its previous reading to a 64-bit-or-wider integer total in nanojoul
 
 A delta that is negative after the wrap correction, above ``max_zone_watts × dt``, a step back
 that a wrap would explain only above the zone's own plausible power (a ``reset``), or (power)
-across a gap longer than ``max_gap_seconds`` is dropped, counted per (source, zone, kind) with
-the seconds it covered, logged once, and the zone is re-based on the new reading. A counter
+across a gap longer than ``max_gap_seconds`` is dropped, counted per (source, zone, kind), logged
+once, and the zone is re-based on the new reading; its interval is estimated or discarded (see
+Gaps below). A counter
 reading outside its range is ``garbage``: counted, and the last good reading kept. A failed read
 leaves the zone's previous reading in place, so the next successful read catches up (counters
 lose nothing). For counters, dt runs from when the previous value was first read (reads that see
