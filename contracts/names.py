@@ -32,6 +32,7 @@ L_BUCKET = "bucket"  # idle (idle power not given to pods) | system (busy time o
 L_PAIR = "pair"  # two sources compared, e.g. "rapl_sysfs/ipmi_dcmi"
 L_VERB = "verb"  # extender verb
 L_REASON = "reason"
+L_ERROR = "error"  # a source's last error message (one series per source at a time)
 L_OWNER_KIND = "owner_kind"
 L_OWNER = "owner"
 L_WORKFLOW_RUN = "workflow_run"  # recording rules: Nextflow run name (pod label nextflow.io/runName)
@@ -63,7 +64,24 @@ NODE_ENERGY = _m(
     L_SOURCE,
     L_ZONE,
 )
-NODE_POWER = _m("node_power_watts", "gauge", "Power of one source and zone over the last sample interval.", L_NODE, L_SOURCE, L_ZONE)
+NODE_ENERGY_ESTIMATED = _m(
+    "node_energy_estimated_joules_total",
+    "counter",
+    "Energy of one source and zone estimated (its power model over the CPU time measured) for intervals it could"
+    " not measure; not part of node_energy_joules_total. Node, domain and pod totals include it.",
+    L_NODE,
+    L_SOURCE,
+    L_ZONE,
+)
+NODE_POWER = _m(
+    "node_power_watts",
+    "gauge",
+    "Power of one source and zone: its energy change over the agent's power window (10 s by default), at most the"
+    " zone's maximum; absent while the zone is not read.",
+    L_NODE,
+    L_SOURCE,
+    L_ZONE,
+)
 NODE_PLATFORM_ENERGY = _m(
     "node_platform_energy_joules_total",
     "counter",
@@ -71,9 +89,20 @@ NODE_PLATFORM_ENERGY = _m(
     L_NODE,
     L_BASIS,
 )
-NODE_PLATFORM_POWER = _m("node_platform_power_watts", "gauge", "Whole-node power over the last sample interval.", L_NODE, L_BASIS)
+NODE_PLATFORM_POWER = _m(
+    "node_platform_power_watts",
+    "gauge",
+    "Whole-node power: the node energy's change over the agent's power window; absent while a source of the basis"
+    " is not read.",
+    L_NODE,
+    L_BASIS,
+)
 NODE_DOMAIN_ENERGY = _m(
-    "node_domain_energy_joules_total", "counter", "Node energy split by domain (cpu, dram, gpu, other).", L_NODE, L_DOMAIN
+    "node_domain_energy_joules_total",
+    "counter",
+    "Node energy split by domain (cpu, dram, gpu, other).",
+    L_NODE,
+    L_DOMAIN,
 )
 POD_ENERGY = _m(
     "pod_energy_joules_total",
@@ -95,7 +124,12 @@ IDLE_ENERGY = _m(
     L_BUCKET,
 )
 POD_CPU_SECONDS = _m(
-    "pod_cpu_seconds_total", "counter", "CPU time of a pod's cgroup seen by the agent since it started.", L_NODE, L_NAMESPACE, L_POD
+    "pod_cpu_seconds_total",
+    "counter",
+    "CPU time of a pod's cgroup seen by the agent since it started.",
+    L_NODE,
+    L_NAMESPACE,
+    L_POD,
 )
 NODE_CPU_SECONDS = _m(
     "node_cpu_busy_seconds_total", "counter", "Busy CPU time of the node (/proc/stat) since the agent started.", L_NODE
@@ -111,13 +145,25 @@ OWNER_CPU_CORES = _m(
 
 # --- agent: the node's profile (what the extender's policy consumes) -------------------------
 NODE_CPU_CORES = _m("node_cpu_cores", "gauge", "Logical CPUs of the node.", L_NODE)
-NODE_CPU_UTILISATION = _m("node_cpu_utilisation_ratio", "gauge", "CPU utilisation of the node over the last interval, 0..1.", L_NODE)
-MODEL_IDLE = _m("node_power_model_idle_watts", "gauge", "Fitted idle power P(0) of the node's power model.", L_NODE, L_DEVICE)
-MODEL_PER_CORE = _m(
-    "node_power_model_watts_per_core", "gauge", "Fitted watts per fully busy core (CPU) or per busy GPU.", L_NODE, L_DEVICE
+NODE_CPU_UTILISATION = _m(
+    "node_cpu_utilisation_ratio", "gauge", "CPU utilisation of the node over the last interval, 0..1.", L_NODE
 )
-MODEL_R2 = _m("node_power_model_r2_ratio", "gauge", "Coefficient of determination of the power model fit.", L_NODE, L_DEVICE)
-MODEL_SAMPLES = _m("node_power_model_samples", "gauge", "Samples in the power model's fitting window.", L_NODE, L_DEVICE)
+MODEL_IDLE = _m(
+    "node_power_model_idle_watts", "gauge", "Fitted idle power P(0) of the node's power model.", L_NODE, L_DEVICE
+)
+MODEL_PER_CORE = _m(
+    "node_power_model_watts_per_core",
+    "gauge",
+    "Fitted watts per fully busy core (CPU) or per busy GPU.",
+    L_NODE,
+    L_DEVICE,
+)
+MODEL_R2 = _m(
+    "node_power_model_r2_ratio", "gauge", "Coefficient of determination of the power model fit.", L_NODE, L_DEVICE
+)
+MODEL_SAMPLES = _m(
+    "node_power_model_samples", "gauge", "Samples in the power model's fitting window.", L_NODE, L_DEVICE
+)
 NODE_SPEED = _m("node_relative_speed_ratio", "gauge", "Relative throughput per core of the node (reference 1).", L_NODE)
 NODE_POWER_CAP = _m("node_power_cap_watts", "gauge", "Power cap of the node.", L_NODE)
 # Exported as joulesched_node_gpus: a "_count" suffix is reserved for histograms and summaries
@@ -125,7 +171,9 @@ NODE_POWER_CAP = _m("node_power_cap_watts", "gauge", "Power cap of the node.", L
 NODE_GPU_COUNT = _m("node_gpus", "gauge", "GPUs of the node.", L_NODE)
 NODE_GPU_MAX = _m("node_gpu_max_watts", "gauge", "Power limit per GPU of the node.", L_NODE)
 NODE_GPU_UTILISATION = _m("node_gpu_utilisation_ratio", "gauge", "Mean GPU utilisation of the node, 0..1.", L_NODE)
-NODE_INFO = _m("node_info", "gauge", "Constant 1; labels name the node's site and physical server.", L_NODE, L_SITE, L_SERVER_ID)
+NODE_INFO = _m(
+    "node_info", "gauge", "Constant 1; labels name the node's site and physical server.", L_NODE, L_SITE, L_SERVER_ID
+)
 
 # --- site factors ------------------------------------------------------------------------------
 SITE_PUE = _m("site_pue_ratio", "gauge", "Power usage effectiveness of the site.", L_SITE)
@@ -148,11 +196,27 @@ SERVER_EMBODIED = _m(
     L_SERVER_ID,
 )
 SERVER_LIFETIME = _m(
-    "server_lifetime_seconds", "gauge", "Service life over which the server's embodied emissions are amortised.", L_SERVER_ID
+    "server_lifetime_seconds",
+    "gauge",
+    "Service life over which the server's embodied emissions are amortised.",
+    L_SERVER_ID,
 )
 
 # --- agent: health -----------------------------------------------------------------------------
-SOURCE_UP = _m("source_up", "gauge", "1 when the last read of the source succeeded.", L_SOURCE)
+SOURCE_UP = _m(
+    "source_up",
+    "gauge",
+    "1 when the last read of the source succeeded; 0 while it fails, or failed to open and is being retried.",
+    L_SOURCE,
+)
+SOURCE_ERROR = _m(
+    "source_error_info",
+    "gauge",
+    "Constant 1 while the source has an error (a failed read or opening, or a zone whose parent still reads);"
+    " the error label is its last message. Absent while the source reads cleanly.",
+    L_SOURCE,
+    L_ERROR,
+)
 SOURCE_READ_SECONDS = _m("source_read_duration_seconds", "histogram", "Time to read one source.", L_SOURCE)
 ANOMALIES = _m(
     "energy_anomalies_total", "counter", "Energy deltas dropped as implausible, by kind.", L_SOURCE, L_ZONE, L_KIND
@@ -165,6 +229,14 @@ DISCARDED_SECONDS = _m(
     L_ZONE,
     L_KIND,
 )
+ESTIMATED_SECONDS = _m(
+    "energy_estimated_seconds_total",
+    "counter",
+    "Time whose energy a zone could not measure and the agent estimated instead (the anomalies), by kind.",
+    L_SOURCE,
+    L_ZONE,
+    L_KIND,
+)
 SOURCE_RATIO = _m(
     "source_agreement_ratio", "gauge", "Ratio of two sources measuring the same thing (e.g. rapl/ipmi).", L_NODE, L_PAIR
 )
@@ -172,19 +244,34 @@ SOURCE_ERRORS = _m("source_read_errors_total", "counter", "Failed reads of a sou
 WINDOWS_OPEN = _m("measurement_windows_open", "gauge", "Measurement windows open now (POST /v1/windows).", L_NODE)
 
 # --- extender ----------------------------------------------------------------------------------
-EXT_REQUESTS = _m("extender_requests_total", "counter", "Extender requests by verb and HTTP status code.", L_VERB, "code")
+EXT_REQUESTS = _m(
+    "extender_requests_total", "counter", "Extender requests by verb and HTTP status code.", L_VERB, "code"
+)
 EXT_LATENCY = _m("extender_request_duration_seconds", "histogram", "Extender request latency by verb.", L_VERB)
 EXT_FAILURES = _m(
-    "extender_failures_total", "counter", "Requests answered with an error (bad input or internal), by verb and reason.", L_VERB, L_REASON
+    "extender_failures_total",
+    "counter",
+    "Requests answered with an error (bad input or internal), by verb and reason.",
+    L_VERB,
+    L_REASON,
 )
 EXT_NODE_SCORE = _m("extender_node_score", "gauge", "Last score given to the node (0..10).", L_NODE)
-EXT_MARGINAL_WATTS = _m("extender_node_marginal_watts", "gauge", "Last estimated marginal watts of a pod on the node.", L_NODE)
+EXT_MARGINAL_WATTS = _m(
+    "extender_node_marginal_watts", "gauge", "Last estimated marginal watts of a pod on the node.", L_NODE
+)
 EXT_DATA_AGE = _m("extender_profile_age_seconds", "gauge", "Age of the node profiles used for scoring.")
 EXT_NEUTRAL = _m(
-    "extender_neutral_scores_total", "counter", "Nodes given the neutral score, by why (unknown, stale, invalid: a profile sample not finite or out of range).", L_REASON
+    "extender_neutral_scores_total",
+    "counter",
+    "Nodes given the neutral score, by why (unknown, stale, invalid: a profile sample not finite or out of range).",
+    L_REASON,
 )
-EXT_SOURCE_ERRORS = _m("extender_profile_source_errors_total", "counter", "Failed refreshes of the profile source.", L_SOURCE)
-EXT_PREDICTED_PODS = _m("extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured).")
+EXT_SOURCE_ERRORS = _m(
+    "extender_profile_source_errors_total", "counter", "Failed refreshes of the profile source.", L_SOURCE
+)
+EXT_PREDICTED_PODS = _m(
+    "extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured)."
+)
 EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by filter, by reason.", L_REASON)
 
 # --- deferrer (joulesched deferrer: carbon-aware deferral through scheduling gates) --------------

@@ -20,6 +20,7 @@ from joulesched.measurement.config import AgentConfig, is_loopback, parse_listen
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.exporters.prometheus import SiteFactors, make_registry
 from joulesched.measurement.exporters.record import RecordingWriter
+from joulesched.measurement.meter import Pending
 from joulesched.measurement.nadiki import CounterSample, Provider, counter_samples
 from joulesched.measurement.sampler import Sampler
 from joulesched.measurement.server import AgentServer
@@ -28,7 +29,7 @@ from joulesched.measurement.sources.base import HasModel, HasNotes
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu
 from joulesched.measurement.sources.kube_pods import PodDirectory, open_directory
 from joulesched.measurement.sources.procfs_stat import ProcStat
-from joulesched.measurement.sources.registry import OpenedSources, open_sources
+from joulesched.measurement.sources.registry import OpenedSources, open_sources, retry_openers
 from joulesched.policy.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class Agent:
 
     def run(self) -> None:
         interval = self.config.interval_seconds
+        # each source reads in a thread of its own from now on: a BMC that does not answer delays
+        # neither the other sources nor the HTTP endpoints
+        self.sampler.meter.start(self.config.sources.read_wait_seconds)
         refresher = threading.Thread(target=self._refresh_pods, name="pod-names", daemon=True)
         refresher.start()
         if self.provider is not None:
@@ -120,6 +124,7 @@ class Agent:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.sampler.meter.stop()
 
 
 def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> Agent:
@@ -130,8 +135,18 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
         if isinstance(source, HasNotes):
             for note in source.notes:
                 log.info("%s: %s", source.name, note)
+    pending = [
+        Pending(n, opener, message, group)
+        for n, opener, message, group in retry_openers(opened, config.sources.options, config.roots, clock)
+    ]
     if not opened.sources:
-        log.error("no energy source is usable; the agent reports CPU time only. %s", opened.message())
+        log.error(
+            "no energy source is usable; the agent reports CPU time only%s. %s",
+            " and keeps trying " + ", ".join(p.name for p in pending) if pending else "",
+            opened.message(),
+        )
+    elif pending:
+        log.warning("sources that failed to open are tried again with backoff: %s", ", ".join(p.name for p in pending))
     cgroups = procstat = None
     try:
         cgroups = CgroupCpu(config.roots.cgroup)
@@ -144,7 +159,14 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
         log.warning("node CPU time unavailable: %s", err)
     directory = open_directory(config.kubernetes.mode, node, config.kubernetes.kubeconfig)
     sampler = Sampler(
-        config, opened.sources, node=node, clock=clock, cgroups=cgroups, procstat=procstat, pods=directory
+        config,
+        opened.sources,
+        node=node,
+        clock=clock,
+        cgroups=cgroups,
+        procstat=procstat,
+        pods=directory,
+        pending=pending,
     )
     recorder = RecordingWriter(config.record_file) if config.record_file else None
     provider = None
@@ -159,7 +181,8 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
         catalogue = load_site_file(config.site_file)  # ConfigError names the file and field
         if config.node.site and config.node.site not in catalogue.sites:
             raise ConfigError(
-                config.site_file, [f"node.site {config.node.site!r} is not a site of this file ({', '.join(catalogue.sites)})"]
+                config.site_file,
+                [f"node.site {config.node.site!r} is not a site of this file ({', '.join(catalogue.sites)})"],
             )
         site = SiteFactors(catalogue, config.node.site, config.node.server_id, node, clock)
     return Agent(config, sampler, opened, directory, clock, recorder, provider=provider, site=site)

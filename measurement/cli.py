@@ -398,7 +398,8 @@ def measure_main(argv: Sequence[str]) -> int:
         opened.sources,
         order=config.sources.order,
         max_zone_watts=config.anomaly.max_zone_watts,
-        max_gap_seconds=max(config.anomaly.max_gap_seconds, args.interval * 3),
+        # measure has no power model to estimate with: a gap of a few reads is bridged, as before
+        max_gap_seconds=config.anomaly.max_gap_seconds or max(30.0, args.interval * 3),
         rescan_seconds=float("inf"),
         server_includes_gpus=config.sources.server_includes_gpus,
     )

@@ -55,6 +55,21 @@ class SourcesConfig:
     )
     rescan_seconds: float = setting(30.0, "re-list zones; full pod rescan", minimum=1)
     server_includes_gpus: bool = setting(False, "does the server reading (IPMI/Redfish) include the GPUs?")
+    read_wait_seconds: float = setting(
+        0.05,
+        "a sample or a window edge waits this long for each source's fresh reading; a slower source's reading"
+        " counts when it arrives",
+        minimum=0,
+        maximum=5,
+        between=True,
+    )
+    retry_initial_seconds: float = setting(
+        1.0, "first wait before a failed source (read or start) is tried again; doubles each failure", minimum=0.01
+    )
+    retry_max_seconds: float = setting(30.0, "the longest wait between tries of a failed source", minimum=0.01)
+    power_window_seconds: float = setting(
+        10.0, "power gauges are each zone's energy change over this window", exclusive_minimum=0
+    )
 
 
 @dataclass(frozen=True)
@@ -67,8 +82,13 @@ class AttributionConfig:
 @dataclass(frozen=True)
 class AnomalyConfig:
     max_zone_watts: float = setting(10_000.0, "a zone delta above this × dt is dropped", exclusive_minimum=0)
-    max_gap_seconds: float = setting(
-        30.0, "a power-reading gap longer than this is not integrated; >= `interval_seconds`"
+    max_gap_seconds: float | None = setting(
+        None,
+        "power readings up to this far apart are integrated (the trapezoid between them); a longer gap is estimated"
+        " from the power model; raise it for a BMC whose reads take longer than an interval",
+        kind="number",
+        exclusive_minimum=0,
+        shown="2.5 × `interval_seconds`",
     )
 
 
@@ -88,7 +108,7 @@ class CrossCheckConfig:
 
 @dataclass(frozen=True)
 class KubernetesConfig:
-    mode: str = setting("auto", "how pods are named (quote `\"off\"` in YAML)", choices=KUBERNETES_MODES, empty_ok=True)
+    mode: str = setting("auto", 'how pods are named (quote `"off"` in YAML)', choices=KUBERNETES_MODES, empty_ok=True)
     kubeconfig: str = setting("", "required for `kubeconfig`", empty_ok=True)
     refresh_seconds: float = setting(30.0, "pod list refresh", minimum=1)
 
@@ -97,6 +117,12 @@ class KubernetesConfig:
 class ServerConfig:
     listen: str = setting("127.0.0.1:9102", "`--listen`; `:9102` for all interfaces", empty_ok=True)
     token_file: str = setting("", "bearer token for the windows API (required off loopback)", empty_ok=True)
+    state_dir: str = setting(
+        "",
+        "directory where open windows and their counter offsets are kept (atomically) so that they survive a restart"
+        " (a hostPath or emptyDir in the DaemonSet); empty: a restart loses them",
+        empty_ok=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -154,9 +180,9 @@ class AgentConfig:
         for name in self.sources.options:
             need(name in SOURCES, f"sources.options.{name}", f"unknown source (known: {', '.join(sorted(SOURCES))})")
         need(
-            self.anomaly.max_gap_seconds >= i,
-            "anomaly.max_gap_seconds",
-            f"must be >= interval_seconds ({i:g}), got {self.anomaly.max_gap_seconds!r}",
+            self.sources.retry_max_seconds >= self.sources.retry_initial_seconds,
+            "sources.retry_max_seconds",
+            f"must be >= sources.retry_initial_seconds ({self.sources.retry_initial_seconds:g})",
         )
         m = self.model
         need(

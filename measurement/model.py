@@ -49,6 +49,9 @@ class RollingFit:
     def samples(self) -> int:
         return self._n
 
+    def mean_power(self) -> float | None:
+        return float(self._y[: self._n].mean()) if self._n else None
+
     def min_power(self) -> float | None:
         return float(self._y[: self._n].min()) if self._n else None
 

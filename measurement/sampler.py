@@ -7,6 +7,13 @@ previous sample; splits the node's energy into domains (:func:`measurement.energ
 attributes it to pods (:func:`measurement.attribution.attribute`); updates the power model and
 the cross-check; and returns a new snapshot. Nothing in a snapshot changes after it is built.
 
+Gaps the meter cannot measure (a power gap longer than ``anomaly.max_gap_seconds``, a counter
+reset or step back) are estimated here (:meth:`Sampler._estimate`): each zone has its own power
+model P = a + b·u (u = busy cores), fitted on the intervals it measured cleanly, and a gap's energy
+is a·seconds + b·(busy CPU seconds measured over the gap). A GPU zone, or a zone whose load never
+varied, takes its mean power instead; a zone with fewer than ``model.min_samples`` clean intervals
+gets no estimate (its gap stays discarded). Estimates are exported apart from measurements.
+
 Windows (``POST/DELETE /v1/windows``, ``joulesched measure``) read the meter at their exact edges
 through :meth:`Sampler.open_window` / :meth:`Sampler.close_window`: a window's energy is the
 difference of two counter reads, never power × interval.
@@ -18,6 +25,7 @@ import logging
 import secrets
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +33,7 @@ from typing import Any
 
 from joulesched.measurement.config import AgentConfig
 from joulesched.measurement.errors import TooManyWindows, UnknownWindow
-from joulesched.measurement.meter import EnergyMeter, MeterRead
+from joulesched.measurement.meter import EnergyMeter, MeterRead, Pending
 from joulesched.measurement.model import RollingFit
 from joulesched.measurement.snapshot import GpuSummary, Interval, ModelSnapshot, PodSnapshot, Snapshot, ZoneSnapshot
 from joulesched.measurement.sources.base import (
@@ -37,14 +45,16 @@ from joulesched.measurement.sources.base import (
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
 from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory
 from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
+from joulesched.measurement.windowstore import WindowStore, parse_record, window_record
 from joulesched.policy.attribution import PodUsage, attribute
-from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneKey, split_node
+from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneInfo, ZoneKey, counter_delta, split_node, to_nanojoules
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 OWNER_WINDOW_SECONDS = 300.0
 MAX_WINDOWS = 1024
+CPU_HISTORY = 7200  # samples of cumulative busy CPU time kept for estimating gaps (2 h at 1 s)
 
 
 class _Pod:
@@ -64,6 +74,7 @@ class Window:
     id: str
     start: MeterRead
     label: str
+    restarted: Mapping[str, Any] | None = None  # opened before an agent restart: what it carried, what it lost
 
 
 class Sampler:
@@ -77,19 +88,37 @@ class Sampler:
         cgroups: CgroupCpu | None = None,
         procstat: ProcStat | None = None,
         pods: PodDirectory | None = None,
+        pending: Sequence[Pending] = (),
     ) -> None:
         self.config = config
         self.node = node
         self.clock = clock
+        sc = config.sources
         self.meter = EnergyMeter(
             sources,
-            order=config.sources.order,
+            order=sc.order,
             clock=clock,
             max_zone_watts=config.anomaly.max_zone_watts,
-            max_gap_seconds=config.anomaly.max_gap_seconds,
-            rescan_seconds=config.sources.rescan_seconds,
-            server_includes_gpus=config.sources.server_includes_gpus,
+            max_gap_seconds=max_gap_seconds(config),
+            rescan_seconds=sc.rescan_seconds,
+            server_includes_gpus=sc.server_includes_gpus,
+            pending=pending,
+            retry_initial_seconds=sc.retry_initial_seconds,
+            retry_max_seconds=sc.retry_max_seconds,
+            power_window_seconds=sc.power_window_seconds,
+            stale_seconds=stale_seconds(config),
         )
+        self._node_history: deque[tuple[float, float, str]] = deque()  # (time, node joules, basis): the gauge
+        # for estimating gaps; own lock: the meter calls _estimate from a reader thread holding its lock
+        self._cpu_lock = threading.Lock()
+        self._cpu_history: deque[tuple[float, float]] = deque(maxlen=CPU_HISTORY)  # (time, busy s total)
+        self._zone_models: dict[ZoneKey, RollingFit] = {}
+        self._learned_at: dict[ZoneKey, float] = {}  # a power zone's last reading a model learned from
+        self.meter.estimator = self._estimate
+        self._store = WindowStore(config.server.state_dir) if config.server.state_dir else None
+        self._store_lock = threading.Lock()
+        self._restoring = self._store.load() if self._store is not None else None
+        self._started = clock()
         self.cgroups = cgroups
         self.procstat = procstat
         self.directory: PodDirectory = pods or NoDirectory()
@@ -122,34 +151,140 @@ class Sampler:
 
     # -- windows -------------------------------------------------------------------------------
 
+    # The meter is read outside the sampler's lock: a window edge waits for the sources at most
+    # sources.read_wait_seconds, never for a sample in progress.
+
     def open_window(self, label: str = "") -> Window:
         with self.lock:
             if len(self._windows) >= MAX_WINDOWS:
                 raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
-            window = Window(secrets.token_hex(8), self.meter.read(), label)
+        start = self.meter.read()
+        with self.lock:
+            if len(self._windows) >= MAX_WINDOWS:
+                raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
+            window = Window(secrets.token_hex(8), start, label)
             self._windows[window.id] = window
-            return window
+        self._persist()
+        return window
 
     def window(self, window_id: str) -> Window:
+        self._restore_now()
         with self.lock:
             if window_id not in self._windows:
                 raise UnknownWindow(window_id)
             return self._windows[window_id]
 
     def close_window(self, window_id: str) -> dict[str, Any]:
+        self._restore_now()
         with self.lock:
             window = self._windows.pop(window_id, None)
             if window is None:
                 raise UnknownWindow(window_id)
-            end = self.meter.read()
-            layout = self.meter.layout
-        return window_energy(window.start, end, layout, window.id, window.label)
+        end = self.meter.read()
+        self._persist()
+        return window_energy(window.start, end, self.meter.layout, window.id, window.label, window.restarted)
+
+    # -- windows across a restart (measurement/windowstore.py) --------------------------------
+
+    def _persist(self) -> None:
+        if self._store is None:
+            return
+        with self.lock:
+            records = [
+                window_record(w.id, w.label, w.start.time, w.start.totals, w.start.estimated, w.restarted)
+                for w in self._windows.values()
+            ]
+        read = self.meter.current()
+        with self._store_lock:
+            self._store.save(records, self.meter.anchors(), read.time, read.totals, read.estimated)
+
+    def _restore_now(self) -> None:
+        """A request for a window of the last run before the first samples: carry them now."""
+        if self._restoring is not None:
+            self._restore(self.meter.read())
+
+    def _restore(self, read: MeterRead) -> None:
+        with self.lock:
+            if self._restoring is None:
+                return
+            last = self._restoring
+            records, old, saved = last.windows, last.anchors, last.saved
+            self._restoring = None
+            new = self.meter.anchors()
+            offsets: dict[ZoneKey, tuple[int, int]] = {}  # old-frame total - new-frame total (all, estimated)
+            for key, a in old.items():
+                b = new.get(key)
+                if b is None:
+                    continue
+                delta = counter_delta(a.raw, b.raw, a.max_joules, b.time - a.time, self.config.anomaly.max_zone_watts)
+                if delta.joules is not None:
+                    offsets[key] = (
+                        a.total_nj + to_nanojoules(delta.joules) - b.total_nj,
+                        a.estimated_nj - b.estimated_nj,
+                    )
+            for record in records:
+                totals, estimated = parse_record(record)
+                start_totals: dict[ZoneKey, int] = {}
+                start_estimated: dict[ZoneKey, int] = {}
+                lost: list[str] = []
+                for key, now_total in read.totals.items():
+                    if key in totals and key in offsets:
+                        start_totals[key] = totals[key] - offsets[key][0]
+                        start_estimated[key] = estimated.get(key, 0) - offsets[key][1]
+                    elif key in totals and key in last.totals:  # keep its energy up to the save
+                        start_totals[key] = now_total - (last.totals[key] - totals[key])
+                        start_estimated[key] = read.estimated.get(key, 0) - (
+                            last.estimated.get(key, 0) - estimated.get(key, 0)
+                        )
+                        lost.append(f"{key[0]}/{key[1]}")
+                    else:
+                        start_totals[key] = now_total
+                        start_estimated[key] = read.estimated.get(key, 0)
+                        if key in totals:
+                            lost.append(f"{key[0]}/{key[1]}")
+                lost = sorted(lost + [f"{k[0]}/{k[1]}" for k in totals.keys() - read.totals.keys()])
+                restarted = {
+                    "at": read.time,
+                    "last_saved": saved,
+                    "zones_lost": lost,
+                    "seconds_lost": read.time - saved if lost else 0.0,
+                }
+                window = Window(
+                    record["id"],
+                    MeterRead(float(record["start"]), start_totals, start_estimated),
+                    str(record.get("label", "")),
+                    restarted,
+                )
+                self._windows[window.id] = window
+            if records:
+                log.info(
+                    "%d window%s of the last run carried over the restart",
+                    len(records),
+                    "" if len(records) == 1 else "s",
+                )
+        self._persist()
+
+    def _restore_due(self, read: MeterRead) -> bool:
+        """Carry the last run's windows once every zone it anchored has been read again (a slow BMC's
+        first reading can come a few samples late), or after 30 s."""
+        assert self._restoring is not None
+        old = self._restoring.anchors
+        new = self.meter.anchors()
+        waiting = [k for k in old if k in read.totals and k not in new]
+        return not waiting or read.time - self._started >= 30.0
 
     # -- sampling ------------------------------------------------------------------------------
 
     def sample(self) -> Snapshot:
+        read = self.meter.read()
+        if self._restoring is not None and self._restore_due(read):
+            self._restore(read)
         with self.lock:
-            return self._sample()
+            snapshot = self._sample(read)
+            keep = bool(self._windows)
+        if keep:
+            self._persist()  # the counters' anchors move on: a restart now carries the windows from here
+        return snapshot
 
     def _read_cpu(self, now: float) -> tuple[CpuTimes | None, dict[str, float]]:
         times = None
@@ -211,8 +346,7 @@ class Sampler:
                     log.debug("%s: GPU utilisation unavailable: %s", source.name, err)
         return per_pod, other, util
 
-    def _sample(self) -> Snapshot:
-        read = self.meter.read()
+    def _sample(self, read: MeterRead) -> Snapshot:
         now = read.time
         times, usage = self._read_cpu(now)
         gpu_per_pod, gpu_other, gpu_util = self._gpu_use()
@@ -262,9 +396,19 @@ class Sampler:
             busy = sum(pod_cpu.values())
         if prev is not None:
             self._busy_total += busy
+        with self._cpu_lock:
+            self._cpu_history.append((now, self._busy_total))
 
         if prev is not None and dt > 0:
             deltas: dict[ZoneKey, float] = {k: (v - prev.totals.get(k, 0)) / NANO for k, v in read.totals.items()}
+            estimated = {
+                k: (v - prev.estimated.get(k, 0)) / NANO
+                for k, v in read.estimated.items()
+                if v != prev.estimated.get(k, 0)
+            }
+            learn = learn and not estimated  # an estimate must not teach the models it came from
+            if learn:
+                self._learn_zones(deltas, busy / dt, dt, prev.time, now)
             split = split_node(layout, deltas)
             pods_now = self._pods
             usages = {
@@ -317,6 +461,7 @@ class Sampler:
                 busy_cpu_seconds=busy,
                 pod_cpu_seconds=dict(pod_cpu),
                 zones={f"{k[0]}/{k[1]}": j for k, j in deltas.items()},
+                estimated_joules=split_node(layout, estimated).node_joules if estimated else 0.0,
             )
         elif prev is not None and dt <= 0:
             log.warning("clock did not advance between samples (%.6f → %.6f); interval skipped", prev.time, now)
@@ -324,6 +469,64 @@ class Sampler:
         snapshot = self._build(read, interval, dt)
         self.latest = snapshot
         return snapshot
+
+    def _learn_zones(self, deltas: Mapping[ZoneKey, float], cores: float, dt: float, start: float, end: float) -> None:
+        """Teach each zone's model this interval's power against its busy cores. A power zone's
+        reading is an instant (or the BMC's short average) at the interval's end: it is paired with
+        the interval's CPU use as it is; the straight line the meter integrates between two
+        readings would blur a load step over two intervals and bias the slope."""
+        m = self.config.model
+        readings = self.meter.power_readings()
+        # a reading taken in answer to this sample's request is stamped just after the request
+        late = end + self.config.sources.read_wait_seconds
+        with self._cpu_lock:
+            for key, joules in deltas.items():
+                watts = joules / dt
+                if key in readings:
+                    reading = readings[key]
+                    if not max(start, self._learned_at.get(key, start)) < reading.timestamp <= late:
+                        continue  # no reading of its own in this interval
+                    self._learned_at[key] = reading.timestamp
+                    watts = reading.value
+                model = self._zone_models.get(key)
+                if model is None:
+                    model = self._zone_models[key] = RollingFit(m.window_samples, m.min_samples, m.min_spread_cores)
+                model.add(cores, watts)
+
+    def _busy_between(self, start: float, end: float) -> float | None:
+        """Busy CPU seconds measured between two moments: interpolated between samples, and at the
+        recent end extrapolated at the last interval's rate (a reading can arrive before the
+        sample that measures its CPU time)."""
+        history = self._cpu_history
+        if len(history) < 2:
+            return None
+
+        def at(t: float) -> float:
+            if t >= history[-1][0]:
+                (t0, b0), (t1, b1) = history[-2], history[-1]
+            elif t <= history[0][0]:
+                (t0, b0), (t1, b1) = history[0], history[1]
+            else:
+                i = bisect_right(history, t, key=lambda item: item[0])
+                (t0, b0), (t1, b1) = history[i - 1], history[i]
+            rate = (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+            return b0 + rate * (t - t0)
+
+        return max(at(end) - at(start), 0.0)
+
+    def _estimate(self, info: ZoneInfo, start: float, end: float) -> float | None:
+        """The energy of one zone over an interval it could not measure (None: no estimate)."""
+        seconds = end - start
+        with self._cpu_lock:
+            model = self._zone_models.get((info.source, info.zone))
+            if model is None or model.samples < model.min_samples:
+                return None
+            mean = model.mean_power()
+            fit = model.fit() if info.domain != "gpu" else None
+            busy = self._busy_between(start, end) if fit is not None else None
+        if fit is None or busy is None:
+            return max(mean, 0.0) * seconds if mean is not None else None
+        return max(fit.idle_watts * seconds + fit.slope_watts * busy, 0.0)
 
     def _gpu_model(self, gpu: str) -> RollingFit:
         model = self.gpu_models.get(gpu)
@@ -416,10 +619,7 @@ class Sampler:
 
     def _build(self, read: MeterRead, interval: Interval | None, dt: float) -> Snapshot:
         zones = []
-        prev_watts = interval.zones if interval is not None else {}
-        for info, total_nj, present in self.meter.zone_states():
-            key = f"{info.source}/{info.zone}"
-            watts = prev_watts[key] / dt if key in prev_watts and dt > 0 else None
+        for info, total_nj, present, watts, estimated_nj in self.meter.zone_states():
             zones.append(
                 ZoneSnapshot(
                     info.source,
@@ -431,6 +631,7 @@ class Sampler:
                     total_nj / NANO,
                     watts,
                     present,
+                    estimated_nj / NANO,
                 )
             )
         pods = []
@@ -484,7 +685,7 @@ class Sampler:
             zones=tuple(zones),
             sources=self.meter.source_snapshots(),
             node_energy_total=dict(self._node_total),
-            node_power_watts=interval.node_joules / dt if interval is not None and dt > 0 and layout.basis else None,
+            node_power_watts=self._node_power(read, interval),
             domain_energy_total=dict(self._domain_total),
             buckets_total={b: dict(d) for b, d in self._buckets_total.items()},
             busy_cpu_seconds_total=self._busy_total,
@@ -502,7 +703,26 @@ class Sampler:
             power_cap_watts=self.config.node.power_cap_watts,
             domains=layout.domains,
             discarded=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.discarded_seconds.items())),
+            estimated=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.estimated_seconds.items())),
         )
+
+    def _node_power(self, read: MeterRead, interval: Interval | None) -> float | None:
+        """The node's power over the last ``power_window_seconds`` of samples; None (absent, not
+        0 W) while a zone of its basis is not reading, or before two samples."""
+        history = self._node_history
+        layout = self.meter.layout
+        if interval is None or not layout.basis or not self.meter.basis_reading():
+            history.clear()
+            return None
+        if history and history[0][2] != layout.basis:
+            history.clear()
+        total = self._node_total.get(layout.basis, 0.0)
+        history.append((read.time, total, layout.basis))
+        window = self.config.sources.power_window_seconds
+        while len(history) > 2 and read.time - history[1][0] >= window:
+            history.popleft()
+        (t0, e0, _), (t1, e1, _) = history[0], history[-1]
+        return (e1 - e0) / (t1 - t0) if t1 > t0 else None
 
     def _gpu_summary(self, fits: Mapping[str, Any]) -> GpuSummary | None:
         gpus = sorted(self._gpu_util)
@@ -527,11 +747,21 @@ class Sampler:
 
 
 def window_energy(
-    start: MeterRead, end: MeterRead, layout: Any, window_id: str = "", label: str = ""
+    start: MeterRead,
+    end: MeterRead,
+    layout: Any,
+    window_id: str = "",
+    label: str = "",
+    restarted: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Energy per domain between two meter reads (a window's edges), as a JSON-ready mapping."""
     deltas = {k: (v - start.totals[k]) / NANO for k, v in end.totals.items() if k in start.totals}
     split = split_node(layout, deltas)
+    estimated = {
+        k: (v - start.estimated.get(k, 0)) / NANO
+        for k, v in end.estimated.items()
+        if k in start.totals and v != start.estimated.get(k, 0)
+    }
     return {
         "id": window_id,
         "label": label,
@@ -542,7 +772,26 @@ def window_energy(
         "sources": list(layout.sources),
         "joules": {"node": split.node_joules, **{d: split.domains[d] for d in NODE_DOMAINS}},
         "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(deltas.items())},
+        # the part of joules the agent estimated for gaps it could not measure (included above)
+        "estimated_joules": {
+            "node": split_node(layout, estimated).node_joules if estimated else 0.0,
+            "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(estimated.items())},
+        },
+        **({"restarted": dict(restarted)} if restarted is not None else {}),
     }
 
 
-__all__ = ["Sampler", "UnknownWindow", "Window", "window_energy"]
+def max_gap_seconds(config: AgentConfig) -> float:
+    """Power readings further apart than this are a gap (estimated, not integrated): more than one
+    missed read at the configured interval, unless configured."""
+    configured = config.anomaly.max_gap_seconds
+    return configured if configured is not None else 2.5 * config.interval_seconds
+
+
+def stale_seconds(config: AgentConfig) -> float:
+    """How long a zone may go unread before its power gauge is absent: two intervals, the wait
+    for a reading, and a second of slack for a loaded machine."""
+    return 2 * config.interval_seconds + config.sources.read_wait_seconds + 1.0
+
+
+__all__ = ["Sampler", "UnknownWindow", "Window", "max_gap_seconds", "stale_seconds", "window_energy"]

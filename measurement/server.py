@@ -1,7 +1,8 @@
 """The agent's HTTP endpoints (standard library ``HTTPServer``, a bounded worker pool, TCP_NODELAY)::
 
     GET    /metrics             Prometheus text (OpenMetrics when asked), latest published snapshot
-    GET    /healthz             200 while sampling keeps up, 503 otherwise
+    GET    /healthz             liveness: 200 while sampling keeps up, 503 otherwise
+    GET    /readyz              readiness: 200 while an energy source reads (or none is configured), 503 otherwise
     GET    /v1/profile          the node's profile document (policy.profile shape); 503 before a fit
     POST   /v1/windows          open a measurement window: reads every counter now → {"id", "start"}
     DELETE /v1/windows/{id}     close it: reads every counter now → energy per domain (J and kJ)
@@ -22,7 +23,10 @@ of ``workers`` threads, so idle connections cost no thread (they are closed afte
 times out after ``read_timeout`` seconds; the listen backlog is 128. ``POST /v1/windows`` and
 ``POST /v1/weblog`` check the token before they read a body, reads at most 64 KiB (413 beyond), and answers every malformed
 request (Content-Length not a non-negative integer, chunked bodies, invalid UTF-8, JSON nested
-too deep) with a JSON 400.
+too deep) with a JSON 400. Every error, whichever layer answers it (a request line the standard
+library rejects, an unknown method, a handler that fails: 500), has a JSON body ``{"error": …}``.
+Window edges read the meter with a bounded wait (``sources.read_wait_seconds``), never a source's
+full timeout.
 """
 
 from __future__ import annotations
@@ -113,6 +117,17 @@ class AgentServer(HTTPServer):
         self._closing = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="agent-http-poll", daemon=True)
         self._poller.start()
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready while at least one energy source reads; a node configured without sources (CPU
+        time only, by choice) is ready. Not ready says which sources fail and why."""
+        meter = self.sampler.meter
+        if not self.sampler.config.sources.order:
+            return True, "ok (no energy source configured: CPU time only)"
+        if meter.usable():
+            return True, "ok"
+        failing = [f"{s.name}: {s.error or 'not read yet'}" for s in meter.source_snapshots()]
+        return False, "no usable energy source" + (" — " + "; ".join(failing) if failing else " (none opened)")
 
     def serve_in_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="agent-http", daemon=True)
@@ -227,6 +242,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # StreamRequestHandler sets TCP_NODELAY on each connection
     server_version = "joulesched-agent"
     keep_alive = False  # set by handle(): the connection stays open for a next request
+    _sent = False  # a status line went out for this request (a failure after it cannot answer 500)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
@@ -248,6 +264,42 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, message: str) -> None:
         self._json(status, {"error": message})
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's errors (a bad request line, headers too long, an unknown
+        method) as JSON, like every other error of this server."""
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = ""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer with headers all the same
+            self.request_version = "HTTP/1.1"
+        body = json.dumps({"error": message or phrase or f"HTTP {code}"}).encode() + b"\n"
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD" and code >= 200 and code not in (HTTPStatus.NO_CONTENT, HTTPStatus.NOT_MODIFIED):
+            self.wfile.write(body)
+
+    def _guarded(self, verb: Callable[[], None]) -> None:
+        """Run a verb; a failure inside it answers a JSON 500 (when nothing was sent yet)."""
+        self._sent = False
+        try:
+            verb()
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.close_connection = True
+        except Exception as err:
+            log.exception("%s %s failed", self.command, self.path[:200])
+            self.close_connection = True
+            if not self._sent:
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(err).__name__}"})
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._sent = True
+        super().send_response(code, message)
 
     def _authorised(self) -> bool | None:
         """True with a valid token, False without one where that is allowed; None: answered."""
@@ -309,6 +361,15 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
 
+    def _unknown_window(self, window_id: str) -> None:
+        state_dir = self.server.sampler.config.server.state_dir
+        why = (
+            f"open windows are kept across restarts in {state_dir}"
+            if state_dir
+            else "windows opened before an agent restart are lost without server.state_dir"
+        )
+        self._error(HTTPStatus.NOT_FOUND, f"no open window {window_id[:80]!r}: never opened or already closed ({why})")
+
     def _refuse_body(self, status: int, message: str) -> None:
         """Answer without reading the body; the connection closes (the body is never read)."""
         self.close_connection = True
@@ -356,6 +417,15 @@ class _Handler(BaseHTTPRequestHandler):
     # -- verbs ---------------------------------------------------------------------------------
 
     def do_GET(self) -> None:
+        self._guarded(self._get)
+
+    def do_POST(self) -> None:
+        self._guarded(self._post)
+
+    def do_DELETE(self) -> None:
+        self._guarded(self._delete)
+
+    def _get(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
@@ -363,13 +433,19 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/healthz":
             latest = self.server.sampler.latest
             if latest is None:
-                self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"no sample yet\n", "text/plain")
+                self._error(HTTPStatus.SERVICE_UNAVAILABLE, "no sample yet")
                 return
             age = self.server.clock() - latest.time
             if age > self.server.stale_after:
-                self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"last sample {age:.1f} s ago\n".encode(), "text/plain")
+                self._error(HTTPStatus.SERVICE_UNAVAILABLE, f"last sample {age:.1f} s ago")
                 return
             self._send(HTTPStatus.OK, b"ok\n", "text/plain")
+        elif path == "/readyz":
+            ready, detail = self.server.readiness()
+            if ready:
+                self._send(HTTPStatus.OK, detail.encode() + b"\n", "text/plain")
+            else:
+                self._error(HTTPStatus.SERVICE_UNAVAILABLE, detail)
         elif path.startswith("/v1/weblog/") and path[len("/v1/weblog/") :]:
             if self._authorised() is None:
                 return
@@ -383,12 +459,14 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._json(HTTPStatus.OK, doc)
         else:
-            self._error(HTTPStatus.NOT_FOUND, f"no such endpoint {path!r} (try /metrics, /healthz, /v1/profile)")
+            self._error(
+                HTTPStatus.NOT_FOUND, f"no such endpoint {path!r} (try /metrics, /healthz, /readyz, /v1/profile)"
+            )
 
     def do_HEAD(self) -> None:
         self.do_GET()
 
-    def do_POST(self) -> None:
+    def _post(self) -> None:
         path = self.path.split("?", 1)[0]
         if path.rstrip("/") == "/v1/weblog":
             self._weblog()
@@ -435,7 +513,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
         self._json(status, doc)
 
-    def do_DELETE(self) -> None:
+    def _delete(self) -> None:
         path = self.path.split("?", 1)[0]
         prefix = "/v1/windows/"
         if not path.startswith(prefix) or not path[len(prefix) :]:
@@ -449,7 +527,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             window = sampler.window(window_id)
         except UnknownWindow:
-            self._error(HTTPStatus.NOT_FOUND, f"no open window {window_id!r}")
+            self._unknown_window(window_id)
             return
         age = self.server.clock() - window.start.time
         if not authorised and age < MIN_UNAUTHENTICATED_WINDOW:
@@ -462,7 +540,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             result = sampler.close_window(window_id)
         except UnknownWindow:
-            self._error(HTTPStatus.NOT_FOUND, f"no open window {window_id!r}")
+            self._unknown_window(window_id)
             return
         result["kilojoules"] = {k: v / 1000.0 for k, v in result["joules"].items()}
         self._json(HTTPStatus.OK, result)

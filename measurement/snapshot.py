@@ -23,8 +23,9 @@ class ZoneSnapshot:
     parent: str | None
     max_joules: float | None
     joules_total: float  # wrap-corrected energy since the agent started
-    watts: float | None  # over the last interval; None before two readings
+    watts: float | None  # over sources.power_window_seconds; None before two readings and during a gap
     present: bool  # False once the zone has been unplugged (its counter stays)
+    estimated_joules_total: float = 0.0  # estimated for intervals it could not measure (not in joules_total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,8 @@ class Interval:
     buckets: Mapping[str, Mapping[str, float]]  # idle|system -> domain -> joules
     busy_cpu_seconds: float
     pod_cpu_seconds: Mapping[str, float]
-    zones: Mapping[str, float]  # "source/zone" -> joules (dropped deltas count 0)
+    zones: Mapping[str, float]  # "source/zone" -> joules, measured + estimated (dropped unestimated: 0)
+    estimated_joules: float = 0.0  # the estimated part of node_joules
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class Snapshot:
     power_cap_watts: float | None = None
     domains: tuple[str, ...] = ("cpu", "dram", "gpu", "other")  # those this node's sources can produce
     discarded: tuple[tuple[str, str, str, float], ...] = ()  # (source, zone, kind, seconds not counted)
+    estimated: tuple[tuple[str, str, str, float], ...] = ()  # (source, zone, kind, seconds estimated)
 
     def model(self, device: str) -> ModelSnapshot | None:
         return next((m for m in self.models if m.device == device), None)

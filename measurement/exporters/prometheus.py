@@ -28,6 +28,8 @@ from joulesched.policy.site import IntensityUnavailable, SiteCatalogue
 
 log = logging.getLogger(__name__)
 
+ERROR_LABEL_CHARS = 300  # a source's error label: long enough to name the cause and the fix
+
 
 def _family(metric: n.Metric) -> Metric:
     labels = list(metric.labels)
@@ -66,6 +68,7 @@ def families(snap: Snapshot) -> list[Metric]:
     node = snap.node
     for z in snap.zones:
         f.add(n.NODE_ENERGY, (node, z.source, z.zone), z.joules_total)
+        f.add(n.NODE_ENERGY_ESTIMATED, (node, z.source, z.zone), z.estimated_joules_total)
         if z.watts is not None and z.present:
             f.add(n.NODE_POWER, (node, z.source, z.zone), z.watts)
     for basis, joules in sorted(snap.node_energy_total.items()):
@@ -106,12 +109,16 @@ def families(snap: Snapshot) -> list[Metric]:
     f.add(n.NODE_INFO, (node, snap.site, snap.server_id), 1.0)
     for s in snap.sources:
         f.add(n.SOURCE_UP, (s.name,), 1.0 if s.up else 0.0)
+        if s.error:
+            f.add(n.SOURCE_ERROR, (s.name, s.error[:ERROR_LABEL_CHARS]), 1.0)
         f.histogram(n.SOURCE_READ_SECONDS, (s.name,), s.read_seconds_buckets, s.read_seconds_sum)
         f.add(n.SOURCE_ERRORS, (s.name,), float(s.errors_total))
     for source, zone, kind, count in snap.anomalies:
         f.add(n.ANOMALIES, (source, zone, kind), float(count))
     for source, zone, kind, seconds in snap.discarded:
         f.add(n.DISCARDED_SECONDS, (source, zone, kind), seconds)
+    for source, zone, kind, seconds in snap.estimated:
+        f.add(n.ESTIMATED_SECONDS, (source, zone, kind), seconds)
     for pair, ratio in sorted(snap.ratios.items()):
         f.add(n.SOURCE_RATIO, (node, pair), ratio)
     f.add(n.WINDOWS_OPEN, (node,), float(snap.windows_open))

@@ -14,7 +14,11 @@ What only some sources or zones offer is declared as a Protocol below, checked w
   GPU (NVML);
 * :class:`ReportsUtilisation` — ``utilisation()``: each device's utilisation (0..1);
 * :class:`ReportsPowerLimits` — ``power_limits()``: each device's enforced power limit (watts);
-* :class:`HasModel` (a zone) — ``model``: the device's model name (a GPU's, for NADIKI).
+* :class:`HasModel` (a zone) — ``model``: the device's model name (a GPU's, for NADIKI);
+* :class:`ReadsInPasses` — ``begin_pass()`` / ``end_pass()`` around one read of all its zones
+  (Redfish: one GET per resource per read);
+* :class:`HasMaxWatts` (a zone) — ``max_watts``: the zone's physical maximum power, where the
+  device states one (RAPL's ``constraint_*_max_power_uw``); the power gauge never exceeds it.
 """
 
 from __future__ import annotations
@@ -119,6 +123,23 @@ class HasModel(Protocol):
 
     @property
     def model(self) -> str: ...
+
+
+@runtime_checkable
+class ReadsInPasses(Protocol):
+    """A source whose zones share fetched data within one read of them all."""
+
+    def begin_pass(self) -> None: ...
+
+    def end_pass(self) -> None: ...
+
+
+@runtime_checkable
+class HasMaxWatts(Protocol):
+    """A zone whose device states the most power it can draw (None or 0: not stated)."""
+
+    @property
+    def max_watts(self) -> float | None: ...
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,12 @@ class IpmiDcmi(IpmiSource):
             raise SourceFailed(
                 f"{NAME} ({self.target.describe()}): {err} — report the tool version and BMC model"
             ) from err
+        if not reading.active and self.last is not None:  # it metered a moment ago: it stopped, it is not absent
+            raise SourceFailed(
+                f"{NAME} ({self.target.describe()}): DCMI power reading is deactivated now, after it read "
+                f"{self.last.current_watts:g} W — the BMC stopped metering (a BMC reset, firmware update or power "
+                "meter fault); it is read again when it reactivates"
+            )
         if not reading.active:
             raise SourceAbsent(
                 f"{NAME} ({self.target.describe()}): DCMI power reading is deactivated (state "

@@ -71,6 +71,23 @@ TARGET_OPTIONS = frozenset(
 
 _IPMITOOL_INSTALL = "install Debian's ipmitool package (apt-get install ipmitool) or set option binary"
 _FREEIPMI_INSTALL = "install Debian's freeipmi-tools package (apt-get install freeipmi-tools) or set option binary"
+# Lines that make ipmitool's "Unable to establish" specific (it prints them with -v).
+_IPMITOOL_DETAIL = (
+    "rakp 2 hmac is invalid",
+    "unauthorized name",
+    "no response from rakp",
+    "get auth capabilities error",
+    "authentication capabilities",
+    "insufficient privilege",
+    "privilege level",
+)
+# A BMC that does not answer at all, by tool.
+_NO_ANSWER = (
+    "connection timeout",  # FreeIPMI
+    "get auth capabilities error",  # ipmitool -v
+    "error issuing get channel authentication capabilities",  # ipmitool -v
+    "no response from remote",
+)
 _NO_DEVICE_FIX = (
     "load the ipmi_si and ipmi_devintf kernel modules (modprobe ipmi_devintf ipmi_si), give the agent "
     "/dev/ipmi0 (in a container: a device mount), or set option host to read the BMC over the network"
@@ -225,14 +242,15 @@ def _resolve_tool(source: str, tool: str, binary: str | None, defaults: Mapping[
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)) and shutil.which(binary) is None:
             raise SourceAbsent(f"{source}: {binary} (option binary) is not an executable file — fix the path")
         return tool, shutil.which(binary) or binary
-    candidates = ("ipmitool", "freeipmi") if tool == "auto" else (tool,)
+    # FreeIPMI first: per read it costs a fraction of ipmitool's CPU (docs/benchmarks.md, bench/ipmi_cost.py)
+    candidates = ("freeipmi", "ipmitool") if tool == "auto" else (tool,)
     for candidate in candidates:
         found = shutil.which(defaults[candidate])
         if found:
             return candidate, found
     if tool == "auto":
         raise SourceAbsent(
-            f"{source}: neither {defaults['ipmitool']} nor {defaults['freeipmi']} is on PATH "
+            f"{source}: neither {defaults['freeipmi']} nor {defaults['ipmitool']} is on PATH "
             f"({os.environ.get('PATH', '')}) — {_IPMITOOL_INSTALL}"
         )
     fix = _IPMITOOL_INSTALL if tool == "ipmitool" else _FREEIPMI_INSTALL
@@ -376,29 +394,68 @@ class IpmiRunner:
         command = " ".join([os.path.basename(prefix[0]), *args])
         started = self.clock()
         try:
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=self.target.timeout_s,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
+            proc = self._spawn(argv, env)
         except FileNotFoundError as err:
             fix = _IPMITOOL_INSTALL if self.target.tool == "ipmitool" else _FREEIPMI_INSTALL
             raise SourceAbsent(f"{self.source}: {prefix[0]} not found — {fix}") from err
         except subprocess.TimeoutExpired as err:
+            t = self.target
+            where = f"{self.source} ({t.describe()})"
+            if t.host is None:
+                raise SourceFailed(
+                    f"{where}: `{command}` did not finish within {t.timeout_s:g} s — check the local BMC "
+                    "(ipmi_si driver), or raise option timeout_s"
+                ) from err
             raise SourceFailed(
-                f"{self.source} ({self.target.describe()}): `{command}` did not finish within {self.target.timeout_s:g} s "
-                "— check that the BMC answers (network, firewall on UDP 623), or raise option timeout_s"
+                f"{where}: cannot open an IPMI session: no answer from the BMC at {self._address()} — `{command}` did "
+                f"not finish within {t.timeout_s:g} s; check host and port, that the BMC is up, that IPMI over LAN is "
+                f"enabled on it and that UDP {t.port} is reachable from this host, or raise option timeout_s"
             ) from err
         except OSError as err:
             raise SourceFailed(f"{self.source}: cannot run {prefix[0]}: {err.strerror or err}") from err
         result = ToolResult(proc.stdout, proc.stderr, proc.returncode, started, self.clock())
         if proc.returncode != 0:
+            if self._vague(result):
+                result = self._diagnose(argv, env, result)
             raise self.classify(command, result)
         return result
+
+    def _spawn(self, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=self.target.timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def _address(self) -> str:
+        host = self.target.host or "local"
+        return f"[{host}]:{self.target.port}" if ":" in host else f"{host}:{self.target.port}"
+
+    def _vague(self, result: ToolResult) -> bool:
+        """ipmitool says only "Unable to establish IPMI v2 / RMCP+ session" for a wrong password and
+        for a BMC that does not answer alike; its -v output tells them apart."""
+        text = (result.stderr + result.stdout).lower()
+        return (
+            self.target.tool == "ipmitool"
+            and self.target.host is not None
+            and "unable to establish" in text
+            and not any(marker for marker in _IPMITOOL_DETAIL if marker in text)
+        )
+
+    def _diagnose(self, argv: list[str], env: dict[str, str], result: ToolResult) -> ToolResult:
+        """Run the failed command once more with -v, only to name the cause (a failure is rare: the
+        meter backs off); the first run's timing stands."""
+        try:
+            proc = self._spawn([argv[0], "-v", *argv[1:]], env)
+        except (subprocess.TimeoutExpired, OSError):
+            return result
+        return ToolResult(
+            result.stdout, result.stderr + "\n" + proc.stderr, result.returncode, result.started, result.finished
+        )
 
     def classify(self, command: str, result: ToolResult) -> SourceAbsent | SourceFailed:
         """Turn a failed run into the right error, naming the BMC, the cause and the fix."""
@@ -408,6 +465,37 @@ class IpmiRunner:
         lowered = text.lower()
         if "could not open device" in lowered or "could not find inband device" in lowered:
             return SourceAbsent(f"{self.source}: no local BMC device ({first}) — {_NO_DEVICE_FIX}")
+        t = self.target
+        session = f"{where}: cannot open an IPMI session"
+        user = f"user {t.username!r}" if t.username else "the anonymous user"
+        lines = [line.strip().lstrip("> ").strip() for line in text.splitlines() if line.strip()]
+
+        def said(markers: Sequence[str]) -> str | None:
+            """The tool's line that names the cause, if one does."""
+            return next((line for line in lines if any(m in line.lower() for m in markers)), None)
+
+        # the causes, most specific first: each message names the configured address and what to fix
+        if line := said(("password invalid", "rakp 2 hmac is invalid", "k_g invalid")):
+            return SourceFailed(
+                f"{session}: the BMC at {self._address()} rejected the password of {user} ({line}) — fix the "
+                f"password ({t.password_origin()})"
+            )
+        if line := said(("username invalid", "unauthorized name", "invalid user name", "no response from rakp 1")):
+            return SourceFailed(
+                f"{session}: the BMC at {self._address()} does not know {user} ({line}) — check option username "
+                "against the BMC's user list"
+            )
+        if line := said(_NO_ANSWER):
+            return SourceFailed(
+                f"{session}: no answer from the BMC at {self._address()} ({line}) — check host and port, that the "
+                f"BMC is up, that IPMI over LAN is enabled on it and that UDP {t.port} is reachable from this host"
+            )
+        if line := said(("session timeout",)):
+            return SourceFailed(
+                f"{session}: the BMC at {self._address()} answered, then stopped during the session setup ({line})"
+                f" — some BMCs do this for a user they do not know: check option username ({user}); else the BMC is "
+                "overloaded or rate-limits sessions"
+            )
         if any(
             s in lowered
             for s in (

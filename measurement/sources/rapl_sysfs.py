@@ -19,6 +19,8 @@ Rules this module applies:
   excludes DRAM, Intel SDM vol. 3B §15.10): it carries no parent and is added to the package.
 * ``psys`` (whole SoC platform on client parts) is its own domain: it is never added on top of
   the packages; the sampler uses it instead of package + DRAM when present.
+* A zone's ``constraint_X_max_power_uw`` (where the kernel states one) is its ``max_watts``:
+  the power gauge never shows more.
 * ``intel-rapl-mmio:*`` duplicates of a zone already read through ``intel-rapl:*`` are skipped,
   so that nothing is counted twice; an MMIO zone with no MSR twin is used.
 * Unknown or malformed zone names are skipped and listed in :attr:`RaplSysfs.notes`.
@@ -85,6 +87,7 @@ class SysfsZone:
     path: str  # the zone's energy_uj file
     clock: Clock
     kind: ReadingKind = "counter"
+    max_watts: float | None = None  # the highest constraint_*_max_power_uw the kernel states
 
     def read(self) -> Reading:
         energy_uj = read_uint(self.path, f'rapl zone "{self.name}"')
@@ -157,7 +160,15 @@ class RaplSysfs:
                 continue
             zone_dir = self.base / entry.directory
             max_joules = self._max_joules(zone_dir, zone_name, notes)
-            zone = SysfsZone(zone_name, domain, max_joules, parent, str(zone_dir / "energy_uj"), self.clock)
+            zone = SysfsZone(
+                zone_name,
+                domain,
+                max_joules,
+                parent,
+                str(zone_dir / "energy_uj"),
+                self.clock,
+                max_watts=self._max_watts(zone_dir),
+            )
             try:
                 zone.read()
             except SourceFailed as err:
@@ -206,6 +217,18 @@ class RaplSysfs:
         name = f"{raw}-{package_index}"
         # DRAM is a separate plane (not part of the package); core and uncore are part of it.
         return name, _SUBZONES[raw], None if raw == "dram" else parent
+
+    @staticmethod
+    def _max_watts(zone_dir: Path) -> float | None:
+        """The zone's stated maximum power (``constraint_X_max_power_uw``, optional in the powercap
+        ABI): the highest of its constraints, the short-term one usually; None when none is stated."""
+        highest = 0
+        for path in zone_dir.glob("constraint_*_max_power_uw"):
+            try:
+                highest = max(highest, read_uint(str(path), "max power"))
+            except SourceFailed:
+                continue
+        return highest / 1e6 if highest > 0 else None
 
     @staticmethod
     def _max_joules(zone_dir: Path, zone_name: str, notes: list[str]) -> float | None:

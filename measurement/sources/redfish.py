@@ -12,16 +12,21 @@ Per chassis, the first of these that the chassis links to and that carries a rea
 
 Zones: one per chassis that has a reading, named ``chassis-<Id>``, domain ``platform``. Where
 both a power reading and an energy counter exist, option ``prefer`` picks the primary zone
-(``power``, the default: ``EnergykWh`` usually has a resolution of 1 Wh = 3.6 kJ, coarse for
-second-by-second sampling; ``energy``: a counter, exact over long windows); the other is exposed
-as ``chassis-<Id>-energy`` / ``chassis-<Id>-power`` with ``parent`` set to the primary — the same
-quantity through another mechanism, for cross-checks, never to be added to it. A chassis that
+(``energy``, the default: the BMC's own counter loses nothing across a gap in reads and is more
+exact than integrating its power, though it usually resolves 1 Wh = 3.6 kJ; ``power``: finer
+per interval); the other is exposed as ``chassis-<Id>-power`` / ``chassis-<Id>-energy`` with
+``parent`` set to the primary — the same quantity through another mechanism, for cross-checks,
+never to be added to it (so a ``null`` power reading while the counter reads does not take the
+source down). A chassis that
 ``Links.ContainedBy`` another metered chassis gets that chassis's zone as parent too (a blade
 in an enclosure: never add both).
 
 HTTP: one persistent connection (http.client), HTTP basic authentication with the password
 from a file or an environment variable, TLS verified against the system store or ``ca_file``.
-Readings are stamped with the midpoint of the request on the agent's clock.
+Readings are stamped with the midpoint of the request on the agent's clock. Within one read of
+the source (:meth:`Redfish.begin_pass` … :meth:`Redfish.end_pass`, which the meter calls) each
+resource is fetched once: the power and the energy zone of a chassis share one GET of its
+EnvironmentMetrics.
 """
 
 from __future__ import annotations
@@ -229,11 +234,35 @@ class Redfish:
         self.prefer = prefer
         self.notes: list[str] = []
         self._zones: list[RedfishZone] = []
+        self._pass: dict[str, dict[str, Any] | SourceFailed] | None = None  # fetched in this read
         # A source dropped without close() (re-discovery, a failed open) still closes its socket.
         self._finalizer = weakref.finalize(self, client.close_connection)
 
     def where(self) -> str:
         return f"{NAME} ({self.client.origin})"
+
+    def begin_pass(self) -> None:
+        """Start one read of every zone: each resource is fetched at most once until end_pass."""
+        self._pass = {}
+
+    def end_pass(self) -> None:
+        self._pass = None
+
+    def _get_once(self, path: str) -> dict[str, Any]:
+        """GET within a pass: once per resource, its failure too (a BMC that does not answer
+        costs one timeout per read, not one per zone)."""
+        cache = self._pass
+        if cache is None:
+            return self.get(path)
+        if path not in cache:
+            try:
+                cache[path] = self.get(path)
+            except SourceFailed as err:
+                cache[path] = err
+        found = cache[path]
+        if isinstance(found, SourceFailed):
+            raise found
+        return found
 
     # -- requests with errors that name the service, the cause and the fix --
     def get(self, path: str) -> dict[str, Any]:
@@ -408,7 +437,7 @@ class Redfish:
 
     def _env_reader(self, path: str, key: str, chassis_id: str) -> Callable[[], tuple[float, float]]:
         def fetch() -> float:
-            value = _reading(self.get(path), key)
+            value = _reading(self._get_once(path), key)
             if value is None:
                 raise SourceFailed(f"{self.where()}: chassis {chassis_id}: {path} has no {key}.Reading now")
             return value * JOULES_PER_KWH if key == "EnergykWh" else value
@@ -482,7 +511,7 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = 
     Options: ``url`` (required: ``https://bmc.example``), ``username`` (str; with
     ``password_file`` or ``password_env`` for HTTP basic auth), ``ca_file`` (PEM path, default the
     system store), ``tls_verify`` (bool, default True), ``timeout_s`` (10), ``chassis`` (list of
-    chassis Ids to use, default all that are metered), ``prefer`` (power|energy, default power),
+    chassis Ids to use, default all that are metered), ``prefer`` (energy|power, default energy),
     ``clock`` (callable, default time.time).
     """
     if clock is not None:  # the sampler's clock (the registry passes it), over options["clock"]
@@ -523,7 +552,7 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = 
         not isinstance(chassis, list | tuple) or not chassis or not all(isinstance(c, str) and c for c in chassis)
     ):
         problems.append(f"chassis: must be a non-empty list of chassis Ids, got {chassis!r}")
-    prefer = options.get("prefer", "power")
+    prefer = options.get("prefer", "energy")
     if prefer not in ("power", "energy"):
         problems.append(f"prefer: must be power or energy, got {prefer!r}")
     client: RedfishClient | None = None

@@ -10,6 +10,7 @@ them are collected into one report instead of the first failure hiding the rest.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -118,7 +119,7 @@ def open_sources(
     result = OpenedSources()
     provided: set[str] = set()
     for name in order:
-        group = next((g for g in ALTERNATIVES if name in g), frozenset({name}))
+        group = group_of(name)
         taken = group & provided
         if taken:
             result.outcomes.append(Outcome(name, "skipped", f"{sorted(taken)[0]} already reads these counters"))
@@ -142,4 +143,39 @@ def open_sources(
     return result
 
 
-__all__ = ["ALTERNATIVES", "DEFAULT_ORDER", "SOURCES", "OpenedSources", "Outcome", "open_one", "open_sources"]
+def group_of(name: str) -> frozenset[str]:
+    """The source and its alternatives (the other readers of the same counters)."""
+    return next((g for g in ALTERNATIVES if name in g), frozenset({name}))
+
+
+def retry_openers(
+    opened: OpenedSources,
+    options: Mapping[str, Mapping[str, object]],
+    roots: Roots,
+    clock: Callable[[], float] | None = None,
+) -> list[tuple[str, Callable[[], Source], str, frozenset[str]]]:
+    """For every source that failed to open (and has no alternative open): its name, a callable
+    that tries to open it again, the error, and its group of alternatives. Absent sources are not
+    retried: their hardware is not there."""
+    provided = set(opened.names)
+    out: list[tuple[str, Callable[[], Source], str, frozenset[str]]] = []
+    for outcome in opened.failures():
+        group = group_of(outcome.name)
+        if group & provided:
+            continue
+        opener = functools.partial(open_one, outcome.name, options.get(outcome.name, {}), roots, clock)
+        out.append((outcome.name, opener, outcome.message, group))
+    return out
+
+
+__all__ = [
+    "ALTERNATIVES",
+    "DEFAULT_ORDER",
+    "SOURCES",
+    "OpenedSources",
+    "Outcome",
+    "group_of",
+    "open_one",
+    "open_sources",
+    "retry_openers",
+]

@@ -41,7 +41,14 @@ class PowercapTree:
         self.base.mkdir(parents=True, exist_ok=True)
         _write(self.base / "intel-rapl" / "enabled", "1\n")  # the control type, not a zone
 
-    def add(self, entry: str, name: str, energy_uj: int = 0, max_uj: int | None = DEFAULT_MAX_UJ) -> Path:
+    def add(
+        self,
+        entry: str,
+        name: str,
+        energy_uj: int = 0,
+        max_uj: int | None = DEFAULT_MAX_UJ,
+        max_power_uw: int | None = None,
+    ) -> Path:
         zone = self.base / entry
         _write(zone / "name", name + "\n")
         _write(zone / "energy_uj", f"{energy_uj}\n")
@@ -50,6 +57,8 @@ class PowercapTree:
         _write(zone / "constraint_0_power_limit_uw", "125000000\n")
         if max_uj is not None:
             _write(zone / "max_energy_range_uj", f"{max_uj}\n")
+        if max_power_uw is not None:
+            _write(zone / "constraint_0_max_power_uw", f"{max_power_uw}\n")
         self.zones[entry] = max_uj or 0
         return zone
 

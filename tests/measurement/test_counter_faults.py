@@ -139,10 +139,17 @@ def coarse_steps_read_often(rig: Rig) -> None:
     ],
 )
 def test_counter_fault(
-    roots: Roots, powercap: PowercapTree, clock: FakeClock, scenario: Callable[[Rig], None], exact: bool, kinds: set[str]
+    roots: Roots,
+    powercap: PowercapTree,
+    clock: FakeClock,
+    scenario: Callable[[Rig], None],
+    exact: bool,
+    kinds: set[str],
 ) -> None:
     powercap.add(ENTRY, "package-0")
-    meter = EnergyMeter(open_sources(("rapl_sysfs",), {}, roots, clock).sources, clock=clock, rescan_seconds=1e9)
+    # retries at most 1 s apart: every read of the scenario is attempted (backoff is tested apart)
+    sources = open_sources(("rapl_sysfs",), {}, roots, clock).sources
+    meter = EnergyMeter(sources, clock=clock, rescan_seconds=1e9, retry_max_seconds=1.0)
     rig = Rig(powercap, clock, meter)
     scenario(rig)
     measured = rig.read()
@@ -157,7 +164,9 @@ def test_counter_fault(
         assert rig.truth - measured <= 70.0
 
 
-def test_window_traffic_drops_no_energy_of_a_coarse_counter(roots: Roots, powercap: PowercapTree, clock: FakeClock) -> None:
+def test_window_traffic_drops_no_energy_of_a_coarse_counter(
+    roots: Roots, powercap: PowercapTree, clock: FakeClock
+) -> None:
     """8 clients opening and closing windows between samples: 70 J steps every 100 ms all count."""
     powercap.add(ENTRY, "package-0")
     s = Sampler(

@@ -38,7 +38,7 @@ def golden_snapshot() -> Snapshot:
         ZoneSnapshot("rapl_sysfs", "core-0", "core", "counter", "package-0", 262143.32885, 60123.25, 75.0, True),
         ZoneSnapshot("rapl_sysfs", "dram-0", "dram", "counter", None, 65712.999613, 9876.5, 12.25, True),
         ZoneSnapshot("rapl_sysfs", "package-1", "package", "counter", None, 262143.32885, 512.0, None, False),
-        ZoneSnapshot("ipmi_dcmi", "chassis", "platform", "power", None, None, 180000.0, 320.0, True),
+        ZoneSnapshot("ipmi_dcmi", "chassis", "platform", "power", None, None, 180000.0, 320.0, True, 4480.0),
         ZoneSnapshot("nvml", "gpu-0", "gpu", "counter", None, None, 50000.0, 250.0, True),
     )
     pods = (
@@ -195,3 +195,13 @@ def test_discarded_intervals_are_exported_by_kind() -> None:
     snap = replace(golden_snapshot(), discarded=(("rapl_sysfs", "package-0", "reset", 17.0),))
     text = generate_latest(make_registry(lambda: snap)).decode()
     assert 'joulesched_energy_discarded_seconds_total{kind="reset",source="rapl_sysfs",zone="package-0"} 17.0' in text
+
+
+def test_estimated_energy_and_seconds_are_exported_apart_from_measured() -> None:
+    snap = replace(golden_snapshot(), estimated=(("ipmi_dcmi", "chassis", "gap", 14.0),))
+    text = generate_latest(make_registry(lambda: snap)).decode()
+    assert 'joulesched_energy_estimated_seconds_total{kind="gap",source="ipmi_dcmi",zone="chassis"} 14.0' in text
+    assert (
+        'joulesched_node_energy_estimated_joules_total{node="node-a",source="ipmi_dcmi",zone="chassis"} 4480.0' in text
+    )
+    assert 'joulesched_node_energy_joules_total{node="node-a",source="ipmi_dcmi",zone="chassis"} 180000.0' in text

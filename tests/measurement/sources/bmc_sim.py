@@ -14,8 +14,9 @@ suite 3) on UDP. On top of what pyghmi answers (Get Device ID, chassis, sessions
   cmd 0x2D), so ``ipmitool sdr elist`` and ``ipmi-sensors`` read real linearised sensors.
 
 The state is a JSON file re-read on every request, so a test can change the watts between two
-reads. Run as ``python bmc_sim.py STATE_FILE``: it binds 127.0.0.1 on a free UDP port and prints
-``PORT <n>`` on stdout once it listens. Users and passwords come from the state file.
+reads. Run as ``python bmc_sim.py STATE_FILE [PORT]``: it binds 127.0.0.1 on PORT (default a
+free UDP port; give the old one to restart a killed BMC) and prints ``PORT <n>`` on stdout once
+it listens. Users and passwords come from the state file.
 """
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ def full_sensor_record(record_id: int, sensor: dict[str, Any]) -> bytes:
 
 
 class SimBmc(bmc.Bmc):
-    def __init__(self, state_file: str) -> None:
+    def __init__(self, state_file: str, port: int = 0) -> None:
         self.state_file = state_file
         state = self.state()
-        super().__init__(state["users"], port=0, address="127.0.0.1")
+        super().__init__(state["users"], port=port, address="127.0.0.1")
         # pyghmi keys its sessions by the port number it was given: tell it the one bound.
         self.port = self.serversocket.getsockname()[1]
         self.additionaldevices = 0x02  # "SDR repository device": ipmitool reads the repository
@@ -187,7 +188,7 @@ class SimBmc(bmc.Bmc):
 
 
 def main(argv: list[str]) -> int:
-    sim = SimBmc(argv[1])
+    sim = SimBmc(argv[1], int(argv[2]) if len(argv) > 2 else 0)
     print(f"PORT {sim.port}", flush=True)
     sim.listen()
     return 0

@@ -28,7 +28,8 @@ class MockupServer:
     """Serves a DMTF-mockup-style tree (``<path>/index.json``) on 127.0.0.1, HTTP/1.1 keep-alive.
 
     ``overrides`` replaces a resource by path (to change a reading between two reads);
-    ``requests`` logs every path asked for; ``connections`` counts TCP connections accepted.
+    ``requests`` logs every path asked for; ``connections`` counts TCP connections accepted;
+    while ``silent`` is set the service accepts requests and never answers (a hung BMC).
     """
 
     def __init__(
@@ -39,6 +40,8 @@ class MockupServer:
         self.overrides: dict[str, dict[str, Any]] = {}
         self.requests: list[str] = []
         self.connections = 0
+        self.silent = threading.Event()
+        self._closing = threading.Event()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -54,6 +57,10 @@ class MockupServer:
             def do_GET(self) -> None:
                 path = self.path.split("?")[0].split("#")[0].rstrip("/") or "/"
                 server.requests.append(path)
+                while server.silent.is_set() and not server._closing.is_set():
+                    time.sleep(0.01)
+                if server._closing.is_set():
+                    return
                 if server.credentials is not None and path not in ("/redfish", "/redfish/v1"):
                     expected = base64.b64encode(":".join(server.credentials).encode()).decode()
                     if self.headers.get("Authorization") != f"Basic {expected}":
@@ -77,7 +84,10 @@ class MockupServer:
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a silent spell)
+                    self.close_connection = True
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -97,6 +107,7 @@ class MockupServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=5)

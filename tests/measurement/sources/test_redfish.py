@@ -12,6 +12,7 @@ from joulesched.measurement.errors import SourceAbsent, SourceFailed
 from joulesched.measurement.sources import redfish
 from joulesched.measurement.sources.base import Reading, Roots, Source, Zone
 from joulesched.measurement.sources.redfish import JOULES_PER_KWH, whole_power_control
+from tests.measurement.fakes import FakeClock
 from tests.measurement.sources.redfish_support import (
     REDFISH_FIXTURES,
     MockupServer,
@@ -33,8 +34,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str | None, str, float]] | None] = {
         "chassis-System.Embedded.1": ("power", None, "Power.PowerControl[0].PowerConsumedWatts", 312),
     },
     "hpe-proliant-dl360-gen11-ilo6": {
-        "chassis-1": ("power", None, "EnvironmentMetrics.PowerWatts", 226),
-        "chassis-1-energy": ("counter", "chassis-1", "EnvironmentMetrics.EnergykWh", 1523.417 * JOULES_PER_KWH),
+        "chassis-1": ("counter", None, "EnvironmentMetrics.EnergykWh", 1523.417 * JOULES_PER_KWH),
+        "chassis-1-power": ("power", "chassis-1", "EnvironmentMetrics.PowerWatts", 226),
     },
     "lenovo-thinksystem-sr650-v2-xcc": {
         "chassis-1": ("power", None, "Power.PowerControl[2].PowerConsumedWatts", 287),  # not the CPU or memory member
@@ -99,7 +100,7 @@ def test_a_new_reading_is_seen_and_stamped_on_the_agents_clock() -> None:
         source = redfish.open_source({"url": server.url, "clock": lambda: float(next(ticks))}, Roots())
         path = "/redfish/v1/Chassis/1/EnvironmentMetrics"
         server.overrides[path] = {"PowerWatts": {"Reading": 240.5}, "EnergykWh": {"Reading": 1523.5}}
-        power, energy = source.zones()
+        energy, power = source.zones()
         first = power.read()
         assert first.value == 240.5
         assert first.timestamp == int(first.timestamp) + 0.5, "the midpoint of the request"
@@ -107,14 +108,46 @@ def test_a_new_reading_is_seen_and_stamped_on_the_agents_clock() -> None:
         source.close()
 
 
-def test_prefer_energy_makes_the_counter_primary() -> None:
+def test_the_energy_counter_is_primary_by_default_and_prefer_power_swaps_them() -> None:
     with MockupServer(REDFISH_FIXTURES / "hpe-proliant-dl360-gen11-ilo6") as server:
-        source = redfish.open_source({"url": server.url, "prefer": "energy"}, Roots())
+        source = redfish.open_source({"url": server.url}, Roots())
         assert [(z.name, z.kind, z.parent) for z in source.zones()] == [
             ("chassis-1", "counter", None),
             ("chassis-1-power", "power", "chassis-1"),
         ]
         source.close()
+        source = redfish.open_source({"url": server.url, "prefer": "power"}, Roots())
+        assert [(z.name, z.kind, z.parent) for z in source.zones()] == [
+            ("chassis-1", "power", None),
+            ("chassis-1-energy", "counter", "chassis-1"),
+        ]
+        source.close()
+
+
+def test_one_get_per_resource_per_read_and_a_null_power_keeps_the_source_up() -> None:
+    """The meter reads both zones of a chassis in one pass: EnvironmentMetrics is fetched once.
+    A null PowerWatts next to a reading EnergykWh leaves the source up, the error exported."""
+    from joulesched.measurement.meter import EnergyMeter
+
+    path = "/redfish/v1/Chassis/1/EnvironmentMetrics"
+    clock = FakeClock()
+    with MockupServer(REDFISH_FIXTURES / "hpe-proliant-dl360-gen11-ilo6") as server:
+        source = redfish.open_source({"url": server.url}, Roots(), clock=clock)
+        try:
+            meter = EnergyMeter([source], clock=clock, rescan_seconds=1e9)
+            server.requests.clear()
+            meter.read()
+            assert server.requests.count(path) == 1, server.requests
+            clock.tick(1.0)
+            server.overrides[path] = {"PowerWatts": {"Reading": None}, "EnergykWh": {"Reading": 1523.418}}
+            totals = meter.read().totals
+            (health,) = meter.source_snapshots()
+            assert health.up, health
+            assert "has no PowerWatts.Reading now" in health.error
+            assert totals[("redfish", "chassis-1")] == pytest.approx(0.001 * JOULES_PER_KWH * 1e9, rel=1e-6)
+            assert server.requests.count(path) == 2
+        finally:
+            source.close()
 
 
 def test_chassis_option_selects_and_unknown_ids_are_named() -> None:

@@ -1,0 +1,157 @@
+"""Open measurement windows kept on disk, so that they survive an agent restart.
+
+With ``server.state_dir`` set, the sampler writes ``windows.json`` there whenever a window opens
+or closes, and after every sample while windows are open: each window's start totals, and for
+every counter zone its last raw reading and the running total it belonged to (the *anchor*). The
+file is written to a temporary name, flushed to disk and renamed over the old one, so a crash
+leaves the old file or the new one, never half of either.
+
+After a restart the meter's totals start again from 0. A window is carried into the new totals
+through each zone's anchor: the energy between the last reading before the restart and the first
+one after it is the counter's difference (:func:`policy.energy.counter_delta`, wrap-safe and
+checked against the zone's power bound over the real time between them), so a counter that kept
+counting (RAPL, NVML, a BMC's EnergykWh) loses nothing. A power zone, or a counter that was reset
+meanwhile, cannot be carried across the downtime: the window keeps that zone's energy up to the
+last save and from the restart on, and its result names the zone and the seconds lost between
+(``restarted``). Nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from joulesched.policy.energy import ZoneKey
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+FILE = "windows.json"
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A counter zone's last raw reading (joules, when) and the running total (nJ) it made."""
+
+    raw: float
+    time: float
+    total_nj: int  # measured + estimated, as in MeterRead.totals
+    estimated_nj: int
+    max_joules: float | None
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What the last run left: its open windows, counter anchors, when, and every zone's totals then."""
+
+    windows: list[dict[str, Any]]
+    anchors: dict[ZoneKey, Anchor]
+    saved: float
+    totals: dict[ZoneKey, int]
+    estimated: dict[ZoneKey, int]
+
+
+def _key(text: str) -> ZoneKey:
+    source, _, zone = text.partition("/")
+    return (source, zone)
+
+
+def _name(key: ZoneKey) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+class WindowStore:
+    def __init__(self, directory: str) -> None:
+        self.path = Path(directory) / FILE
+
+    def save(
+        self,
+        windows: list[dict[str, Any]],
+        anchors: Mapping[ZoneKey, Anchor],
+        saved: float,
+        totals: Mapping[ZoneKey, int] | None = None,
+        estimated: Mapping[ZoneKey, int] | None = None,
+    ) -> None:
+        doc = {
+            "version": VERSION,
+            "saved": saved,
+            "totals": {_name(k): v for k, v in (totals or {}).items()},  # every zone's, at the save
+            "estimated": {_name(k): v for k, v in (estimated or {}).items()},
+            "anchors": {
+                _name(k): [a.raw, a.time, a.total_nj, a.estimated_nj, a.max_joules] for k, a in sorted(anchors.items())
+            },
+            "windows": windows,
+        }
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError as err:  # the windows stay open in memory; only a restart would lose them
+            log.warning("cannot save open windows to %s: %s", self.path, err.strerror or err)
+
+    def load(self) -> Saved | None:
+        """The windows, anchors and save time of the last run; None when there is no file. A file
+        that cannot be read is reported and set aside (its windows are lost, and said so)."""
+        try:
+            doc = json.loads(self.path.read_bytes())
+            if not isinstance(doc, dict) or doc.get("version") != VERSION:
+                raise ValueError(f"not a version {VERSION} windows file")
+            anchors = {
+                _key(k): Anchor(float(v[0]), float(v[1]), int(v[2]), int(v[3]), None if v[4] is None else float(v[4]))
+                for k, v in doc["anchors"].items()
+            }
+            windows = [w for w in doc["windows"] if isinstance(w, dict) and isinstance(w.get("id"), str)]
+            totals, estimated = parse_record(doc)
+            return Saved(windows, anchors, float(doc["saved"]), totals, estimated)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+            aside = self.path.with_name(self.path.name + ".unreadable")
+            log.error(
+                "open windows of the last run are lost: %s is unreadable (%s); moved to %s", self.path, err, aside
+            )
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                pass
+            return None
+
+
+def window_record(
+    window_id: str,
+    label: str,
+    start: float,
+    totals: Mapping[ZoneKey, int],
+    estimated: Mapping[ZoneKey, int],
+    restarted: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "id": window_id,
+        "label": label,
+        "start": start,
+        "totals": {_name(k): v for k, v in totals.items()},
+        "estimated": {_name(k): v for k, v in estimated.items()},
+        "restarted": dict(restarted) if restarted else None,
+    }
+
+
+def parse_record(record: Mapping[str, Any]) -> tuple[dict[ZoneKey, int], dict[ZoneKey, int]]:
+    return (
+        {_key(k): int(v) for k, v in record.get("totals", {}).items()},
+        {_key(k): int(v) for k, v in (record.get("estimated") or {}).items()},
+    )
+
+
+__all__ = ["Anchor", "Saved", "WindowStore", "parse_record", "window_record"]

@@ -1,0 +1,125 @@
+"""Open windows survive an agent restart through server.state_dir, or say what they lost (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from joulesched.measurement.config import AgentConfig, ServerConfig, SourcesConfig
+from joulesched.measurement.errors import UnknownWindow
+from joulesched.measurement.sampler import Sampler
+from joulesched.measurement.sources.base import Roots, Source
+from joulesched.measurement.sources.registry import open_sources
+from joulesched.measurement.windowstore import FILE, WindowStore
+from tests.measurement.agent_server_support import Running
+from tests.measurement.fakes import FakeClock, ipmi
+from tests.measurement.replica import PowercapTree
+
+ENTRY = "intel-rapl:0"
+
+
+def agent(roots: Roots, clock: FakeClock, state: Path, *extra: Source) -> Sampler:
+    """A fresh sampler, as a restarted agent builds it (new sources, totals from 0)."""
+    order = ("rapl_sysfs", "ipmi_dcmi")
+    config = AgentConfig(roots=roots, sources=SourcesConfig(order=order), server=ServerConfig(state_dir=str(state)))
+    sources: list[Source] = [*open_sources(("rapl_sysfs",), {}, roots, clock).sources, *extra]
+    return Sampler(config, sources, node="n1", clock=clock)
+
+
+def run(s: Sampler, powercap: PowercapTree, clock: FakeClock, seconds: int, watts: float = 100.0) -> float:
+    for _ in range(seconds):
+        clock.tick()
+        powercap.advance(ENTRY, watts)
+        s.sample()
+    return watts * seconds
+
+
+def test_a_window_is_carried_exactly_over_a_restart(
+    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock
+) -> None:
+    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
+    first = agent(roots, clock, tmp_path / "state")
+    first.sample()
+    window = first.open_window("run-42")
+    truth = run(first, powercap, clock, 5)
+    assert not (tmp_path / "state" / (FILE + ".tmp")).exists()
+    # the agent is down for 3 s; the counter keeps counting
+    for _ in range(3):
+        clock.tick()
+        powercap.advance(ENTRY, 100.0)
+        truth += 100.0
+    second = agent(roots, clock, tmp_path / "state")
+    second.sample()
+    truth += run(second, powercap, clock, 4)
+    result = second.close_window(window.id)
+    assert result["label"] == "run-42" and result["start"] == window.start.time
+    assert result["zones"]["rapl_sysfs/package-0"] == pytest.approx(truth, abs=1e-6)
+    assert result["restarted"]["zones_lost"] == [] and result["restarted"]["seconds_lost"] == 0.0
+    with pytest.raises(UnknownWindow):
+        agent(roots, clock, tmp_path / "state").close_window(window.id)  # closed: gone from the file too
+
+
+def test_a_counter_reset_and_a_power_zone_are_named_as_lost(
+    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock
+) -> None:
+    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
+    first = agent(roots, clock, tmp_path / "state", ipmi(clock, 250.0))
+    first.sample()
+    window = first.open_window()
+    run(first, powercap, clock, 5)
+    clock.tick(10)
+    powercap.set(ENTRY, 0)  # the driver reloaded meanwhile: the counter restarted from 0
+    second = agent(roots, clock, tmp_path / "state", ipmi(clock, 250.0))
+    second.sample()
+    after = run(second, powercap, clock, 4)
+    result = second.close_window(window.id)
+    lost = result["restarted"]["zones_lost"]
+    assert lost == ["ipmi_dcmi/chassis", "rapl_sysfs/package-0"]
+    assert result["restarted"]["seconds_lost"] == pytest.approx(10.0)  # last save to the first read after
+    # their energy up to the last save and from the restart on: only the 10 s between are missing
+    assert result["zones"]["rapl_sysfs/package-0"] == pytest.approx(500.0 + after, abs=1e-6)
+    assert result["zones"]["ipmi_dcmi/chassis"] == pytest.approx(250.0 * (5 + 4))
+
+
+def test_the_file_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = WindowStore(str(tmp_path))
+    store.save([{"id": "a"}], {}, 1.0)
+    before = (tmp_path / FILE).read_bytes()
+
+    def crash(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    store.save([{"id": "b"}], {}, 2.0)  # logged; the old file stays whole
+    assert (tmp_path / FILE).read_bytes() == before
+    assert json.loads(before)["windows"] == [{"id": "a"}]
+
+
+def test_an_unreadable_file_is_reported_and_set_aside(
+    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    powercap.add(ENTRY, "package-0")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / FILE).write_text('{"version": 1, "windows": [tru')
+    s = agent(roots, clock, tmp_path / "state")
+    assert "open windows of the last run are lost" in caplog.text
+    assert (tmp_path / "state" / (FILE + ".unreadable")).exists()
+    s.sample()
+    assert s._windows == {}
+
+
+def test_without_a_state_dir_an_unknown_window_says_why(running: Running) -> None:
+    running.agent.step()
+    status, doc, _ = running.request("DELETE", "/v1/windows/0123456789abcdef")
+    assert status == 404
+    assert "lost without server.state_dir" in doc["error"]
+
+
+def test_the_config_field_is_documented(tmp_path: Path) -> None:
+    config = replace(AgentConfig(), server=ServerConfig(state_dir=str(tmp_path)))
+    assert config.validate() == []
+    assert "server.state_dir" in (Path(__file__).parents[2] / "docs" / "agent.md").read_text()
