@@ -176,4 +176,14 @@ EXT_SOURCE_ERRORS = _m("extender_profile_source_errors_total", "counter", "Faile
 EXT_PREDICTED_PODS = _m("extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured).")
 EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by filter, by reason.", L_REASON)
 
+# --- every long-running process (agent, extender) --------------------------------------------
+BUILD_INFO = _m(
+    "build_info",
+    "gauge",
+    "Constant 1; labels name the joulesched version, the git revision the image was built from and the Python version.",
+    "version",
+    "revision",
+    "python_version",
+)
+
 METRICS: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))
