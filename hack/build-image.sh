@@ -46,7 +46,14 @@ if $offline; then
     rm -rf "$root"
   fi
 fi
-args=(--runtime runc --ulimit "nofile=4096:4096" --ulimit "nproc=4096:4096" --build-arg "VERSION=$tag")
+# The commit joulesched_build_info reports (a "-dirty" suffix when the tree has changes).
+revision=unknown
+if git rev-parse --verify -q HEAD >/dev/null 2>&1; then
+  revision=$(git rev-parse --short=12 HEAD)
+  git diff --quiet HEAD -- 2>/dev/null || revision+=-dirty
+fi
+args=(--runtime runc --ulimit "nofile=4096:4096" --ulimit "nproc=4096:4096" --build-arg "VERSION=$tag"
+      --build-arg "REVISION=$revision")
 [ -n "$base" ] && args+=(--build-arg "BASE=$base")
 # The names deploy/ runs (ghcr.io/joulesched/joulesched and …/joulesched-agent), built locally.
 for target in extender agent; do
