@@ -222,6 +222,22 @@ def prefers(url: str, best: str, other: str) -> bool:
     return bool(scores) and scores[best] > scores[other]
 
 
+def every_worker_prefers(url: str, best: str, other: str, timeout: float) -> None:
+    """Until ``best`` wins 12 probes in a row, 0.5 s apart, each on a new connection.
+
+    Each gunicorn worker keeps its own Prometheus cache and answers the first request after it
+    went stale from the old profiles while it refreshes (extender/profiles.py): one probe that
+    wins says that one worker has the change. A run of wins on fresh connections, which the
+    kernel hands to either worker, says that every worker has it."""
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while streak < 12:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for every extender worker to prefer {best}")
+        streak = streak + 1 if prefers(url, best, other) else 0
+        time.sleep(0.5)
+
+
 def fitted(prom: PrometheusServer) -> dict[str, float]:
     rows = prom.query(f'{names.MODEL_PER_CORE.name}{{device="cpu"}}')
     return {r["metric"]["node"]: float(r["value"][1]) for r in rows}
@@ -377,7 +393,7 @@ def test_live_measurements_place_pods_and_a_power_change_moves_them(
                     60,
                 )
                 wait("both nodes' fitted watts per core in Prometheus", lambda: len(fitted(prom)) == 2, 90)
-                wait("the extender to prefer the efficient node", lambda: prefers(ext_url, a, b), 60)
+                every_worker_prefers(ext_url, a, b, 90)
             except AssertionError as err:
                 raise AssertionError(f"{err}\n{logs()}") from None
             per_core = fitted(prom)
@@ -405,7 +421,7 @@ def test_live_measurements_place_pods_and_a_power_change_moves_them(
                     lambda: (f := fitted(prom)).get(a, 0) > 8 and f.get(b, 99) < 3,
                     120,
                 )
-                wait("the extender to prefer the other node", lambda: prefers(ext_url, b, a), 60)
+                every_worker_prefers(ext_url, b, a, 90)
             except AssertionError as err:
                 raise AssertionError(f"{err}\n{logs()}") from None
             moved = place(cp, "next", e2e_namespace, scheduler_name, sel)
