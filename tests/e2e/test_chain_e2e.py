@@ -30,6 +30,7 @@ import base64
 import copy
 import json
 import math
+import re
 import threading
 import time
 import urllib.request
@@ -204,22 +205,38 @@ def discover_agent_pods(cp: ControlPlane, targets_file: Path) -> int:
     return len(groups)
 
 
-def prioritize(url: str, nodes: list[str]) -> dict[str, int]:
-    """What the extender answers kube-scheduler for a 1-core pod now ({} while it starts)."""
+def ask(url: str, verb: str, nodes: list[str]) -> bytes:
+    """POST a kube-scheduler ExtenderArgs for a 1-core pod to ``verb``; OSError while it starts."""
     pod = {"metadata": {"name": "probe", "namespace": "default", "uid": str(uuid.uuid4())},
            "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "1", "memory": "256Mi"}}}]}}  # fmt: skip
     body = json.dumps({"Pod": pod, "NodeNames": nodes}).encode()
-    request = urllib.request.Request(f"{url}/prioritize", data=body, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(f"{url}/{verb}", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        data: bytes = reply.read()
+        return data
+
+
+def scores(url: str, nodes: list[str]) -> dict[str, int]:
+    """The scores the extender would give kube-scheduler now ({} while it starts), from the
+    explain verb: prioritize would count each probe as a placement on its top node (predicted
+    load), and the probes would then load the node they favour."""
     try:
-        with urllib.request.urlopen(request, timeout=5) as reply:
-            return {h["Host"]: h["Score"] for h in json.loads(reply.read())}
+        return {n["node"]: n["score"] for n in json.loads(ask(url, "explain", nodes))["nodes"]}
     except OSError:
         return {}
 
 
+def explain(url: str, nodes: list[str]) -> str:
+    """The extender's why of each score, for a failure message."""
+    try:
+        return ask(url, "explain", nodes).decode()
+    except OSError as err:
+        return f"explain: {err}"
+
+
 def prefers(url: str, best: str, other: str) -> bool:
-    scores = prioritize(url, [best, other])
-    return bool(scores) and scores[best] > scores[other]
+    now = scores(url, [best, other])
+    return bool(now) and now[best] > now[other]
 
 
 def every_worker_prefers(url: str, best: str, other: str, timeout: float) -> None:
@@ -378,7 +395,8 @@ def test_live_measurements_place_pods_and_a_power_change_moves_them(
             timings["start: images run, Prometheus, kube-scheduler"] = time.monotonic() - t0 - build_seconds
 
             def logs() -> str:
-                out = [f"{n}:\n{podman('logs', '--tail', '15', n).stderr}" for n in chain_containers]
+                out = [f"explain now: {explain(ext_url, [a, b])}"]
+                out += [f"{n}:\n{podman('logs', '--tail', '30', n).stderr}" for n in chain_containers]
                 return (
                     "\n".join(out)
                     + f"\nscheduler:\n{sched.log_tail(20)}\nprometheus:\n{(tmp_path / 'prometheus' / 'prometheus.log').read_text()[-1500:]}"
@@ -433,7 +451,9 @@ def test_live_measurements_place_pods_and_a_power_change_moves_them(
             assert "Skipping extender" not in log and "forbidden" not in log.lower(), sched.log_tail(30)
             with urllib.request.urlopen(f"http://127.0.0.1:{ext_port}/metrics", timeout=5) as reply:
                 metrics = reply.read().decode()
-            assert 'joulesched_extender_requests_total{code="200",verb="prioritize"}' in metrics
+            # only kube-scheduler calls prioritize here (the probes use explain): once per pod at least
+            called = re.search(r'joulesched_extender_requests_total\{code="200",verb="prioritize"\} (\S+)', metrics)
+            assert called and float(called.group(1)) >= 6, metrics[-3000:]
             assert 'verb="prioritize"' not in "".join(
                 line for line in metrics.splitlines() if line.startswith("joulesched_extender_failures_total{")
             )
