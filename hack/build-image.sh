@@ -32,7 +32,10 @@ python=${PYTHON:-python3}
 
 rm -rf dist/wheels
 log "wheels of joulesched and its dependencies -> dist/wheels"
-"$python" -m pip wheel -q --wheel-dir dist/wheels . >&2
+# The commit's time in the wheel's zip entries: the same tree gives the same wheel, so podman
+# reuses its install layer instead of rebuilding it (a second build in the same CI run).
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)} \
+  "$python" -m pip wheel -q --wheel-dir dist/wheels . >&2
 
 if $offline; then
   # numpy's wheels need libstdc++; the agent needs ipmitool and FreeIPMI.
