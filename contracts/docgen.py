@@ -45,6 +45,7 @@ _SECTIONS = (
     ("Agent: health", ("source_", "energy_anomalies", "energy_discarded", "measurement_windows")),
     ("Extender", ("extender_",)),
     ("Deferrer", ("deferrer_",)),
+    ("Agent and extender", ("build_info",)),
 )
 
 _LABELS = {
@@ -67,6 +68,9 @@ _LABELS = {
     names.L_OWNER_KIND: "Deployment, StatefulSet, Job, NextflowProcess, …",
     names.L_OWNER: "owner name",
     "code": "HTTP status code",
+    "version": "joulesched version (pyproject.toml)",
+    "revision": "git commit the image was built from (JOULESCHED_REVISION), or unknown",
+    "python_version": "Python version of the process",
     getattr(names, "L_WORKFLOW_RUN", "workflow_run"): "Nextflow run name (pod label nextflow.io/runName)",
     getattr(names, "L_WORKFLOW_PROCESS", "workflow_process"): "Nextflow process (pod label nextflow.io/processName)",
 }

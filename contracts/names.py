@@ -302,5 +302,14 @@ DEFER_MISSED = _m(
 )
 DEFER_ERRORS = _m("deferrer_errors_total", "counter", "Failed API calls (api), lost races (conflict) and failed forecasts.", L_REASON)
 DEFER_LEADER = _m("deferrer_leader", "gauge", "1 while this replica holds the deferrer's Lease, 0 on standby.")
+# --- every long-running process (agent, extender) --------------------------------------------
+BUILD_INFO = _m(
+    "build_info",
+    "gauge",
+    "Constant 1; labels name the joulesched version, the git revision the image was built from and the Python version.",
+    "version",
+    "revision",
+    "python_version",
+)
 
 METRICS: tuple[Metric, ...] = tuple(v for v in list(globals().values()) if isinstance(v, Metric))

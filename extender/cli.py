@@ -1,6 +1,6 @@
 """``joulesched extender``: serve the scheduler extender with gunicorn.
 
-    joulesched extender [--config FILE] [--listen HOST:PORT] [--workers N] [--demo]
+    joulesched extender [--config FILE] [--listen HOST:PORT] [--workers N] [--demo] [--log-format text|json]
 
 With no config it serves the shipped example node profiles. ``--demo`` starts it on a free
 loopback port, sends one scripted pod through filter, prioritize and explain over HTTP, prints
@@ -10,7 +10,6 @@ the scores and stops.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from joulesched.contracts.runtime import LOG_FORMATS, setup_logging
 from joulesched.policy.errors import ConfigError
 
 
@@ -27,6 +27,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--listen", help="HOST:PORT to listen on (overrides the config; default 0.0.0.0:8888)")
     p.add_argument("--workers", type=int, help="gunicorn worker processes (overrides server.workers)")
     p.add_argument("--demo", action="store_true", help="start on loopback, score one example pod, print, stop")
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line, gunicorn's own lines too (default text)",
+    )
     return p.parse_args(list(argv))
 
 
@@ -36,7 +42,7 @@ def main(argv: Sequence[str]) -> int:
     # directory must be in the environment before anything imports it.
     if not args.demo and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="joulesched-metrics-")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("info", args.log_format)
     from joulesched.extender.config import load_config
 
     try:
@@ -56,11 +62,11 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as err:
         print(f"joulesched extender: {err}", file=sys.stderr)
         return 2
-    serve(config)
+    serve(config, args.log_format)
     return 0
 
 
-def serve(config: Any) -> None:
+def serve(config: Any, log_format: str = "text") -> None:
     """Run gunicorn in this process with extender/gunicorn_conf.py and the config's overrides."""
     from gunicorn.app.base import BaseApplication
 
@@ -77,6 +83,8 @@ def serve(config: Any) -> None:
             self.cfg.set("threads", config.server.threads)
             self.cfg.set("timeout", max(1, round(config.server.timeout_seconds)))
             self.cfg.set("keepalive", max(1, round(config.server.keepalive_seconds)))
+            if log_format == "json":
+                self.cfg.set("logger_class", "joulesched.extender.gunicorn_conf.JsonLogger")
 
         def load(self) -> Any:
             from joulesched.extender.app import create_app

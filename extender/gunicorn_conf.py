@@ -28,6 +28,10 @@ import os
 import shutil
 from typing import Any
 
+from gunicorn import glogging
+
+from joulesched.contracts.runtime import JsonFormatter
+
 bind = os.environ.get("JOULESCHED_LISTEN", "0.0.0.0:8888")
 worker_class = "gthread"
 workers = 2
@@ -44,6 +48,16 @@ proc_name = "joulesched-extender"
 # gunicorn >= 25.1 opens a control socket under $HOME; a read-only root filesystem has no
 # room for it and the extender needs no runtime management beyond signals.
 control_socket_disable = True
+
+
+class JsonLogger(glogging.Logger):  # type: ignore[misc]
+    """gunicorn's error log (start, workers, signals) as one JSON object per line, like the app's
+    (``joulesched extender --log-format json``)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in self.error_log.handlers:
+            handler.setFormatter(JsonFormatter())
 
 
 def on_starting(server: Any) -> None:

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client import multiprocess as mp
 
 from joulesched.contracts import names as m
+from joulesched.contracts.runtime import BuildInfoCollector
 
 if TYPE_CHECKING:  # service imports the profile sources and the policy; the writer needs only the type
     from joulesched.extender.service import Decision
@@ -41,6 +42,10 @@ class ExtenderMetrics:
         # In multiprocess mode values go to files, not to a registry.
         reg = None if self.multiprocess else (registry if registry is not None else CollectorRegistry())
         self.registry = reg
+        # A constant, computed per scrape, never written to the multiprocess files.
+        self.build_info = BuildInfoCollector()
+        if reg is not None:
+            reg.register(self.build_info)
 
         def labels(metric: m.Metric) -> list[str]:
             return list(metric.labels)
@@ -74,6 +79,7 @@ class ExtenderMetrics:
         if self.multiprocess:
             registry = CollectorRegistry()
             mp.MultiProcessCollector(registry)
+            registry.register(self.build_info)
             return generate_latest(registry)
         assert self.registry is not None
         return generate_latest(self.registry)

@@ -32,7 +32,10 @@ python=${PYTHON:-python3}
 
 rm -rf dist/wheels
 log "wheels of joulesched and its dependencies -> dist/wheels"
-"$python" -m pip wheel -q --wheel-dir dist/wheels . >&2
+# The commit's time in the wheel's zip entries: the same tree gives the same wheel, so podman
+# reuses its install layer instead of rebuilding it (a second build in the same CI run).
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)} \
+  "$python" -m pip wheel -q --wheel-dir dist/wheels . >&2
 
 if $offline; then
   # numpy's wheels need libstdc++; the agent needs ipmitool and FreeIPMI.
@@ -46,7 +49,14 @@ if $offline; then
     rm -rf "$root"
   fi
 fi
-args=(--runtime runc --ulimit "nofile=4096:4096" --ulimit "nproc=4096:4096" --build-arg "VERSION=$tag")
+# The commit joulesched_build_info reports (a "-dirty" suffix when the tree has changes).
+revision=unknown
+if git rev-parse --verify -q HEAD >/dev/null 2>&1; then
+  revision=$(git rev-parse --short=12 HEAD)
+  git diff --quiet HEAD -- 2>/dev/null || revision+=-dirty
+fi
+args=(--runtime runc --ulimit "nofile=4096:4096" --ulimit "nproc=4096:4096" --build-arg "VERSION=$tag"
+      --build-arg "REVISION=$revision")
 [ -n "$base" ] && args+=(--build-arg "BASE=$base")
 # The names deploy/ runs (ghcr.io/joulesched/joulesched and …/joulesched-agent), built locally.
 for target in extender agent; do

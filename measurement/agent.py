@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from joulesched.contracts.runtime import BuildInfoCollector
 from joulesched.measurement.config import AgentConfig, is_loopback, parse_listen
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.exporters.prometheus import SiteFactors, make_registry
@@ -200,6 +201,8 @@ def build_server(agent: Agent) -> AgentServer:
     host, port = parse_listen(agent.config.server.listen)
     token = read_token(agent.config.server.token_file) if agent.config.server.token_file else None
     loopback = is_loopback(host)
+    registry = make_registry(agent.latest_published, agent.site)
+    registry.register(BuildInfoCollector())
     if token is None and not loopback:
         log.warning(
             "listening on %s without server.token_file: the windows API is disabled (metrics and profile are served)",
@@ -209,7 +212,7 @@ def build_server(agent: Agent) -> AgentServer:
         (host, port),
         sampler=agent.sampler,
         published=agent.latest_published,
-        registry=make_registry(agent.latest_published, agent.site),
+        registry=registry,
         token=token,
         windows_allowed=token is not None or loopback,
         min_samples=agent.config.model.min_samples,

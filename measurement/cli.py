@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+from joulesched.contracts.runtime import LOG_FORMATS, setup_logging
 from joulesched.measurement.config import MAX_INTERVAL, MIN_INTERVAL, AgentConfig, load_config
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.estimate import Estimate, estimate, read_cpuinfo
@@ -89,12 +90,8 @@ def _interval(text: str) -> float:
     return value
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(level: str, log_format: str = "text") -> None:
+    setup_logging(level, log_format, stream=sys.stderr)
 
 
 def _load(args: argparse.Namespace) -> AgentConfig | None:
@@ -115,8 +112,14 @@ def agent_main(argv: Sequence[str]) -> int:
     parser.add_argument("--interval", type=_interval, metavar="SECONDS", help="sampling interval, 0.1..60 (default 1)")
     parser.add_argument("--record", metavar="FILE", help="append every sample to FILE (JSON lines; .gz to compress)")
     parser.add_argument("--node-name", metavar="NAME", help="Kubernetes node name (default: the host name)")
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line (default text)",
+    )
     args = parser.parse_args(list(argv))
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format)
     config = _load(args)
     if config is None:
         return 2

@@ -60,8 +60,14 @@ class ExpositionServer:
 
 class PrometheusServer:
     def __init__(
-        self, workdir: Path, targets: list[str], rule_files: list[str] | None = None, interval: str = "1s"
+        self,
+        workdir: Path,
+        targets: list[str],
+        rule_files: list[str] | None = None,
+        interval: str = "1s",
+        scrape_configs: list[dict[str, Any]] | None = None,
     ) -> None:
+        """Scrapes ``targets`` (job ``joulesched``), or runs ``scrape_configs`` as given instead."""
         self.binary = require("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -69,7 +75,9 @@ class PrometheusServer:
         config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": rule_files or [],
-            "scrape_configs": [{"job_name": "joulesched", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": scrape_configs
+            if scrape_configs is not None
+            else [{"job_name": "joulesched", "static_configs": [{"targets": targets}]}],
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = (workdir / "prometheus.log").open("wb")

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "joulesched"
 DEPLOY = REPO / "deploy"
 NAMESPACE = "joulesched"
+AGENT_NAMESPACE = "joulesched-agent"
 KUBE_VERSION = "v1.37.2"  # the release deploy/scheduler pins, and the e2e apiserver's
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
                "app.kubernetes.io/version"}
@@ -48,7 +49,7 @@ VALUES_FILES: dict[str, dict[str, Any]] = {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "dashboard": {"enabled": True, "labelKey": "grafana_dashboard", "labelValue": "joulesched"},
-        "extender": {"replicas": 3, "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+        "extender": {"replicas": 3, "serviceMonitor": {"enabled": True}, "nodeSelector": {"node-role.kubernetes.io/infra": ""},
                      "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
                      "config": {"bind": {"enabled": True}}},
         "scheduler": {"image": {"tag": "v1.36.4", "pullPolicy": "IfNotPresent"},
@@ -223,9 +224,12 @@ def test_everything_on(helm, tmp_path):
     objs = by_key(helm_template(helm, "-f", str(write_values(tmp_path, "everything-on"))))
     kinds = {k[0] for k in objs}
     assert {"Namespace", "ServiceMonitor", "PrometheusRule"} <= kinds
-    sm = objs[("ServiceMonitor", NAMESPACE, "joulesched-agent")]
+    sm = objs[("ServiceMonitor", AGENT_NAMESPACE, "joulesched-agent")]
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert sm["spec"] == yaml.safe_load((DEPLOY / "agent/overlays/servicemonitor/servicemonitor.yaml").read_text())["spec"]
+    ext_sm = objs[("ServiceMonitor", NAMESPACE, "joulesched-extender")]
+    assert ext_sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert ext_sm["spec"] == yaml.safe_load((DEPLOY / "extender/servicemonitor/servicemonitor.yaml").read_text())["spec"]
     pr = objs[("PrometheusRule", NAMESPACE, "joulesched-impact")]
     assert pr["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert pr["spec"] == yaml.safe_load((DEPLOY / "prometheus/operator/prometheusrule.yaml").read_text())["spec"]
@@ -239,11 +243,11 @@ def test_everything_on(helm, tmp_path):
     for k, o in exp_want.items():
         assert exp_got[k] == o, k
     # GPU nodes: a second DaemonSet with the NVIDIA runtime; the plain one avoids them
-    gpu = pod_spec(objs[("DaemonSet", NAMESPACE, "joulesched-agent-gpu")])
+    gpu = pod_spec(objs[("DaemonSet", AGENT_NAMESPACE, "joulesched-agent-gpu")])
     assert gpu["runtimeClassName"] == "nvidia"
     assert gpu["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in gpu["containers"][0]["env"]
-    plain = pod_spec(objs[("DaemonSet", NAMESPACE, "joulesched-agent")])
+    plain = pod_spec(objs[("DaemonSet", AGENT_NAMESPACE, "joulesched-agent")])
     (term,) = plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
     # per-component placement, replicas, image tag override, merged extender config + its RBAC
@@ -308,3 +312,19 @@ def test_schema_rejects_bad_values(helm, bad, message):
                 "--kube-version", KUBE_VERSION, flag, bad)
         assert r.returncode != 0, (cmd, bad, r.stdout)
         assert "schema" in (r.stdout + r.stderr) and message in (r.stdout + r.stderr), (cmd, r.stdout, r.stderr)
+
+
+def test_agent_namespace_and_network_policy_values(helm):
+    objs = by_key(helm_template(helm, "--set", "agent.namespace.name=energy-agent", "--set", "networkPolicy.prometheus.namespaceSelector.matchLabels.team=obs"))
+    agent_objs = {k for k in objs if k[2].startswith("joulesched-agent") and k[0] not in CLUSTER_SCOPED}
+    assert agent_objs and {k[1] for k in agent_objs} == {"energy-agent"}, sorted(agent_objs)
+    ns = objs[("Namespace", "", "energy-agent")]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    (subject,) = objs[("ClusterRoleBinding", "", "joulesched-agent")]["subjects"]
+    assert subject == {"kind": "ServiceAccount", "name": "joulesched-agent", "namespace": "energy-agent"}
+    for name, ns_name in (("joulesched-extender", NAMESPACE), ("joulesched-agent", "energy-agent")):
+        peer = objs[("NetworkPolicy", ns_name, name)]["spec"]["ingress"][-1]["from"][0]
+        assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring", "team": "obs"}
+    # off: no NetworkPolicy at all
+    off = helm_template(helm, "--set", "networkPolicy.enabled=false")
+    assert not [o for o in off if o["kind"] == "NetworkPolicy"]

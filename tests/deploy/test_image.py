@@ -10,7 +10,6 @@ agent image carries ipmitool and FreeIPMI.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -19,11 +18,10 @@ import pytest
 import yaml
 
 from joulesched.contracts.net import free_port
-from tests.support import require
+from tests.images import RUN, built_images, podman
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "e2e" / "testdata" / "extender_prioritize_args_nodecachecapable_true.json"
-RUN = ["--runtime", "runc", "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 EFFICIENT = [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
 HUNGRY = [127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619]
 
@@ -32,19 +30,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def images() -> dict[str, str]:
-    for binary in ("podman", "runc", "mmdebstrap"):
-        require(binary, "hack/test.sh installs podman, runc and mmdebstrap")
-    done = subprocess.run(
-        [str(ROOT / "hack" / "build-image.sh"), "--offline"], cwd=ROOT, capture_output=True, text=True, timeout=1200
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    names = done.stdout.split()[-2:]
-    assert len(names) == 2, done.stdout
-    return {"extender": names[0], "agent": names[1]}
-
-
-def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+    return built_images()[0]
 
 
 def test_the_images_run_as_the_unprivileged_user(images: dict[str, str]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import yaml
+
 DRY_RUN_LINE = re.compile(r"^(\S+) (created|configured|unchanged) \(server dry run\)$")
 
 
@@ -25,3 +27,31 @@ def server_dry_run(cp: Any, kubectl_cache: str, text: str, what: str) -> list[st
         assert m, f"unexpected kubectl output line {line!r}\n{r.stdout}\n{r.stderr}"
         printed.append(m.group(1))
     return printed
+
+
+WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "Job", "CronJob")
+
+
+def pods_of(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One Pod per workload object: its pod template, in its namespace (what the controller would create).
+
+    Pod Security admission enforces on Pods only (on workloads it merely warns), so this is what
+    the apiserver's ``enforce`` label is proven on."""
+    pods = []
+    for o in objs:
+        if o["kind"] not in WORKLOAD_KINDS:
+            continue
+        spec = o["spec"]["jobTemplate"]["spec"] if o["kind"] == "CronJob" else o["spec"]
+        tmpl = spec["template"]
+        pods.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{o['metadata']['name']}-psa", "namespace": o["metadata"]["namespace"],
+                         "labels": tmpl["metadata"].get("labels", {})},
+            "spec": tmpl["spec"],
+        })
+    return pods
+
+
+def pod_security_dry_run(cp: Any, kubectl_cache: str, pod: dict[str, Any]) -> Any:
+    """``kubectl create --dry-run=server`` of one Pod: admission (Pod Security included) runs, nothing is written."""
+    return cp.kubectl(kubectl_cache, "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod), check=False)

@@ -17,16 +17,17 @@ import pytest
 import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
-from dryrun import ref, server_dry_run
+from dryrun import pod_security_dry_run, pods_of, ref, server_dry_run
 
 CHART = REPO_ROOT / "charts" / "joulesched"
 NAMESPACE = "joulesched"
+AGENT_NAMESPACE = "joulesched-agent"
 EVERYTHING_ON = [
     "--set", "gpu.enabled=true", "--set", "expander.enabled=true",
     "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
     "--set", "serviceMonitor.labels.release=kube-prometheus-stack",
     "--set", "prometheusRule.labels.release=kube-prometheus-stack",
-    "--set", "extender.config.bind.enabled=true",
+    "--set", "extender.config.bind.enabled=true", "--set", "extender.serviceMonitor.enabled=true",
 ]
 
 
@@ -59,12 +60,14 @@ def render(helm: str, cp: ControlPlane, *extra: str) -> tuple[str, list[dict[str
 
 @pytest.fixture(scope="module")
 def chart_namespace(control_plane: ControlPlane, helm: str) -> str:
-    """The chart's Namespace (namespace.create=true), applied for real."""
+    """The chart's Namespaces (namespace.create=true, and the agent's), applied for real."""
     text, _ = render(helm, control_plane, "--set", "namespace.create=true",
                      "--show-only", "templates/namespace.yaml")
     control_plane.kubectl("apply", "-f", "-", input=text)
     ns = control_plane.core.read_namespace(NAMESPACE)
-    assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    agent = control_plane.core.read_namespace(AGENT_NAMESPACE)
+    assert agent.metadata.labels["pod-security.kubernetes.io/enforce"] == "privileged"
     return NAMESPACE
 
 
@@ -82,12 +85,26 @@ def test_chart_is_accepted_by_server_dry_run(control_plane, helm, chart_namespac
     assert sorted(printed) == sorted(ref(o) for o in objs), printed
     for o in objs:
         if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"):
-            assert o["metadata"].get("namespace") in (NAMESPACE, "kube-system"), ref(o)
+            assert o["metadata"].get("namespace") in (NAMESPACE, AGENT_NAMESPACE, "kube-system"), ref(o)
     # nothing was written by the dry run
-    written = [ref(o) for o in objs if o["kind"] in ("Deployment", "DaemonSet", "ConfigMap", "Service")
-               and o["metadata"].get("namespace") == NAMESPACE]
-    got = cp.kubectl(kubectl_cache, "get", "-n", NAMESPACE, "--ignore-not-found", "-o", "name", *written)
-    assert got.stdout.strip() == "", got.stdout
+    for ns in (NAMESPACE, AGENT_NAMESPACE):
+        written = [ref(o) for o in objs if o["kind"] in ("Deployment", "DaemonSet", "ConfigMap", "Service")
+                   and o["metadata"].get("namespace") == ns]
+        got = cp.kubectl(kubectl_cache, "get", "-n", ns, "--ignore-not-found", "-o", "name", *written)
+        assert got.stdout.strip() == "", got.stdout
+    # Pod Security: every workload's pod is admitted in its namespace, the agent's alone in the
+    # privileged one (the negative controls are in test_deploy_e2e.py).
+    sas = [o for o in objs if o["kind"] == "ServiceAccount"]
+    # the RuntimeClass the NVIDIA GPU operator installs, which the GPU agent's pods name
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+    cp.kubectl(kubectl_cache, "apply", "-f", "-", input=yaml.safe_dump_all([*sas, runtime_class]))
+    pods = pods_of(objs)
+    assert len(pods) == (6 if values == "everything-on" else 4), [p["metadata"]["name"] for p in pods]
+    for pod in pods:
+        r = pod_security_dry_run(cp, kubectl_cache, pod)
+        assert r.returncode == 0 and "PodSecurity" not in r.stderr, (pod["metadata"]["name"], r.stderr)
+        agent = pod["metadata"]["labels"]["app.kubernetes.io/name"] == "joulesched-agent"
+        assert pod["metadata"]["namespace"] == (AGENT_NAMESPACE if agent else NAMESPACE), pod["metadata"]
 
 
 @pytest.mark.e2e

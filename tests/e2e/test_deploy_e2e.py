@@ -14,6 +14,9 @@
 
 from __future__ import annotations
 
+import copy
+import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ import pytest
 import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
-from dryrun import ref, server_dry_run
+from dryrun import pod_security_dry_run, pods_of, ref, server_dry_run
 from e2e_extender import (
     DEPLOY_EXTENDER_CONFIG,
     DEPLOY_SCHEDULER_CONFIG,
@@ -38,9 +41,14 @@ from joulesched.extender.config import parse_config
 
 DEPLOY = REPO_ROOT / "deploy"
 NAMESPACE = "joulesched"
+AGENT_NAMESPACE = "joulesched-agent"
+NAMESPACES = (NAMESPACE, AGENT_NAMESPACE)
 
-# Every directory holding a kustomization.yaml (found, not listed: a new one is tested too).
-KUSTOMIZATIONS = sorted(p.parent.relative_to(REPO_ROOT).as_posix() for p in DEPLOY.rglob("kustomization.yaml"))
+# Every directory holding a kustomization.yaml (found, not listed: a new one is tested too);
+# the components (deploy/components/*) render only inside an overlay, tested below.
+COMPONENTS = sorted(p.parent for p in (DEPLOY / "components").glob("*/kustomization.yaml"))
+KUSTOMIZATIONS = sorted(p.parent.relative_to(REPO_ROOT).as_posix() for p in DEPLOY.rglob("kustomization.yaml")
+                        if p.parent not in COMPONENTS)
 
 # Files in deploy/ that no kustomization renders, and why none of them is a Kubernetes object.
 NOT_KUBERNETES_OBJECTS = {
@@ -100,8 +108,9 @@ def kustomization_inputs(kfile: Path) -> set[Path]:
 
 
 def can_i(cp: ControlPlane, sa: str, verb: str, resource: str, *extra: str) -> bool:
+    ns = AGENT_NAMESPACE if sa == "joulesched-agent" else NAMESPACE
     r = cp.kubectl("auth", "can-i", verb, resource, *extra,
-                   f"--as=system:serviceaccount:{NAMESPACE}:{sa}", check=False)
+                   f"--as=system:serviceaccount:{ns}:{sa}", check=False)
     # "yes", or "no" optionally followed by " - <why>" (e.g. an RBAC evaluation error)
     answer = r.stdout.strip().split(" ", 1)[0]
     if answer not in ("yes", "no"):
@@ -142,8 +151,10 @@ def kubectl_cache(tmp_path_factory) -> str:
 def joulesched_namespace(control_plane: ControlPlane) -> str:
     """deploy/namespace.yaml, applied for real (it stays: there is no namespace controller)."""
     control_plane.kubectl("apply", "-f", str(DEPLOY / "namespace.yaml"))
-    ns = control_plane.core.read_namespace(NAMESPACE)
-    assert ns.metadata.labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    labels = {n: control_plane.core.read_namespace(n).metadata.labels for n in NAMESPACES}
+    assert labels[NAMESPACE]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels[NAMESPACE]["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels[AGENT_NAMESPACE]["pod-security.kubernetes.io/enforce"] == "privileged"
     return NAMESPACE
 
 
@@ -192,14 +203,18 @@ def test_kustomization_is_accepted_by_server_dry_run(control_plane, joulesched_n
         ns = o["metadata"].get("namespace")
         if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
                              "MutatingWebhookConfiguration"):
-            assert ns in (NAMESPACE, "kube-system"), f"{ref(o)} in namespace {ns!r}"
+            assert ns in (*NAMESPACES, "kube-system"), f"{ref(o)} in namespace {ns!r}"
+            # the agent alone in its privileged namespace, nothing else there
+            assert (ns == AGENT_NAMESPACE) == o["metadata"]["name"].startswith("joulesched-agent"), ref(o)
     # A dry run writes nothing: no workload or config object of this kustomization exists.
     # (The namespace and the RBAC objects are applied for real by other tests.)
     written = [ref(o) for o in objs
-               if o["kind"] not in RBAC_KINDS | {"Namespace"} and o["metadata"].get("namespace") == NAMESPACE]
-    if written:
-        got = cp.kubectl(kubectl_cache, "get", "-n", NAMESPACE, "--ignore-not-found", "-o", "name", *written)
-        assert got.stdout.strip() == "", got.stdout
+               if o["kind"] not in RBAC_KINDS | {"Namespace"} and o["metadata"].get("namespace") in NAMESPACES]
+    for ns in NAMESPACES:
+        names = [ref(o) for o in objs if ref(o) in written and o["metadata"].get("namespace") == ns]
+        if names:
+            got = cp.kubectl(kubectl_cache, "get", "-n", ns, "--ignore-not-found", "-o", "name", *names)
+            assert got.stdout.strip() == "", got.stdout
 
 
 def test_server_dry_run_rejects_an_invalid_manifest(control_plane, joulesched_namespace, kubectl_cache):
@@ -216,6 +231,136 @@ def test_server_dry_run_rejects_an_invalid_manifest(control_plane, joulesched_na
     r = control_plane.kubectl(kubectl_cache, "apply", "--dry-run=server", "-f", "-",
                               input=yaml.safe_dump(dep), check=False)
     assert r.returncode != 0 and "spec.replicas" in r.stderr, r.stderr
+
+
+# Every workload deploy/ ships (the optional expander and the MSR agent included).
+WORKLOAD_KUSTOMIZATIONS = ["deploy", "deploy/expander", "deploy/agent/overlays/msr"]
+
+
+@pytest.fixture(scope="module")
+def expander_service_account(control_plane, joulesched_namespace):
+    # ServiceAccount admission rejects a pod whose account is missing, before Pod Security runs.
+    _, objs = render(control_plane, "deploy/expander")
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([o for o in objs if o["kind"] == "ServiceAccount"]))
+
+
+@pytest.mark.parametrize("kdir", WORKLOAD_KUSTOMIZATIONS)
+def test_pod_security_admission_admits_every_pod_in_its_namespace(
+        control_plane, joulesched_rbac, expander_service_account, kubectl_cache, kdir):
+    cp = control_plane
+    text, objs = render(cp, kdir)
+    pods = pods_of(objs)
+    assert pods, kdir
+    for pod in pods:
+        r = pod_security_dry_run(cp, kubectl_cache, pod)
+        assert r.returncode == 0, f"{pod['metadata']['name']} in {pod['metadata']['namespace']}: {r.stderr}"
+        assert "PodSecurity" not in r.stderr, r.stderr
+        # only the agent needs the privileged namespace
+        agent = pod["metadata"]["labels"]["app.kubernetes.io/name"] == "joulesched-agent"
+        assert pod["metadata"]["namespace"] == (AGENT_NAMESPACE if agent else NAMESPACE), pod["metadata"]
+    # The workloads themselves: the warn=restricted label prints "would violate PodSecurity" on
+    # a Deployment whose pods would be rejected; there is none.
+    r = cp.kubectl(kubectl_cache, "apply", "--dry-run=server", "-f", "-", input=text, check=False)
+    assert r.returncode == 0 and "PodSecurity" not in r.stderr, r.stderr
+
+
+def test_pod_security_admission_rejects_a_violation(control_plane, joulesched_rbac, kubectl_cache):
+    # The negative controls: the same dry run refuses what "restricted" forbids.
+    cp = control_plane
+    _, objs = render(cp, "deploy")
+    pods = {p["metadata"]["labels"]["app.kubernetes.io/name"]: p for p in pods_of(objs)}
+    ext = copy.deepcopy(pods["joulesched-extender"])
+    ext["spec"]["containers"][0]["securityContext"]["capabilities"] = {"drop": ["ALL"], "add": ["NET_RAW"]}
+    r = pod_security_dry_run(cp, kubectl_cache, ext)
+    assert r.returncode != 0 and 'violates PodSecurity "restricted:latest"' in r.stderr and "NET_RAW" in r.stderr, r.stderr
+    sched = copy.deepcopy(pods["joulesched-scheduler"])
+    del sched["spec"]["securityContext"]["runAsNonRoot"]
+    r = pod_security_dry_run(cp, kubectl_cache, sched)
+    assert r.returncode != 0 and "runAsNonRoot" in r.stderr, r.stderr
+    # the agent's pod (hostPath, UID 0) in the restricted namespace
+    agent = copy.deepcopy(pods["joulesched-agent"])
+    agent["metadata"]["namespace"] = NAMESPACE
+    agent["spec"]["serviceAccountName"] = "joulesched-extender"  # one that exists there
+    r = pod_security_dry_run(cp, kubectl_cache, agent)
+    assert r.returncode != 0 and "restricted volume types" in r.stderr and "hostPath" in r.stderr, r.stderr
+
+
+def test_network_policies_admit_only_the_scheduler_and_prometheus(control_plane):
+    _, objs = render(control_plane, "deploy")
+    policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"joulesched-extender", "joulesched-agent"}
+    ext, agent = policies["joulesched-extender"], policies["joulesched-agent"]
+    pods = {p["metadata"]["labels"]["app.kubernetes.io/name"]: p for p in pods_of(objs)}
+    # each selects its component's pods, in that component's namespace
+    for policy, name in ((ext, "joulesched-extender"), (agent, "joulesched-agent")):
+        assert policy["metadata"]["namespace"] == pods[name]["metadata"]["namespace"]
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= pods[name]["metadata"]["labels"].items()
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    sched_labels = pods["joulesched-scheduler"]["metadata"]["labels"]
+    (from_sched, from_prom) = ext["spec"]["ingress"]
+    # a podSelector alone: pods of the policy's own namespace only, the scheduler's
+    assert from_sched["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": sched_labels["app.kubernetes.io/name"]}}}]
+    assert from_prom["from"] == [prometheus]
+    (port,) = pods["joulesched-extender"]["spec"]["containers"][0]["ports"]
+    assert from_sched["ports"] == from_prom["ports"] == [{"port": port["name"], "protocol": "TCP"}]
+    (only,) = agent["spec"]["ingress"]
+    assert only["from"] == [prometheus]
+    (port,) = pods["joulesched-agent"]["spec"]["containers"][0]["ports"]
+    assert only["ports"] == [{"port": port["name"], "protocol": "TCP"}]
+
+
+def overlay_with(tmp_path: Path, component: Path) -> Path:
+    """An operator's overlay: deploy/ plus one version component (kustomize wants relative paths)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    rel = Path(os.path.relpath(DEPLOY, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [rel.as_posix()], "components": [(rel / "components" / component.name).as_posix()]}))
+    return tmp_path
+
+
+def scheduler_image(objs: list[dict[str, Any]]) -> str:
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "joulesched-scheduler")
+    return dep["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_one_version_component_per_supported_minor(control_plane, tmp_path):
+    minors = [re.fullmatch(r"kube-v1\.(\d+)", c.name) for c in COMPONENTS]
+    assert all(minors) and len(minors) >= 3, [c.name for c in COMPONENTS]
+    numbers = sorted(int(m.group(1)) for m in minors if m)
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers  # no gap
+    _, base = render(control_plane, "deploy")
+    for component in COMPONENTS:
+        text = control_plane.kubectl("kustomize", str(overlay_with(tmp_path / component.name, component))).stdout
+        objs = [d for d in yaml.safe_load_all(text) if d]
+        tag = scheduler_image(objs).rpartition(":")[2]
+        assert re.fullmatch(rf"v1\.{component.name.rpartition('.')[2]}\.\d+", tag), (component.name, tag)
+        # the component changes the scheduler's image tag and nothing else
+        assert len(objs) == len(base)
+        for a, b in zip(objs, base, strict=True):
+            if a["kind"] == "Deployment" and a["metadata"]["name"] == "joulesched-scheduler":
+                a, b = copy.deepcopy(a), copy.deepcopy(b)
+                a["spec"]["template"]["spec"]["containers"][0]["image"] = b["spec"]["template"]["spec"]["containers"][0]["image"]
+            assert a == b, ref(a)
+    # deploy/ alone runs the newest minor's scheduler
+    assert scheduler_image(base) == f"registry.k8s.io/kube-scheduler:v1.{numbers[-1]}." + scheduler_image(base).rsplit(".", 1)[1]
+
+
+def test_the_running_apiservers_minor_has_a_component_and_its_overlay_is_accepted(
+        control_plane, joulesched_namespace, kubectl_cache, tmp_path):
+    # Run on each minor the suite runs on (.ci/run): the component of that minor names exactly
+    # the apiserver's release, and the apiserver accepts the overlay.
+    cp = control_plane
+    version = yaml.safe_load(cp.kubectl("version", "-o", "yaml").stdout)["serverVersion"]
+    component = DEPLOY / "components" / f"kube-v{version['major']}.{version['minor'].rstrip('+')}"
+    assert component in COMPONENTS, f"no deploy/components entry for the apiserver's {version['gitVersion']}"
+    text = cp.kubectl("kustomize", str(overlay_with(tmp_path, component))).stdout
+    objs = [d for d in yaml.safe_load_all(text) if d]
+    assert scheduler_image(objs) == f"registry.k8s.io/kube-scheduler:{version['gitVersion']}"
+    printed = server_dry_run(cp, kubectl_cache, text, f"deploy/ + {component.name}")
+    assert sorted(printed) == sorted(ref(o) for o in objs), printed
 
 
 def test_shipped_configmaps_hold_the_shipped_files(control_plane):

@@ -44,7 +44,7 @@ def test_every_object_validates_against_the_kubernetes_schema(variant: str) -> N
             assert doc["spec"]["endpoints"][0]["port"] == "metrics"
             continue
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-        assert doc["metadata"].get("namespace", "joulesched") == "joulesched" or doc["kind"].startswith("Cluster")
+        assert doc["metadata"].get("namespace", "joulesched-agent") == "joulesched-agent" or doc["kind"].startswith("Cluster")
 
 
 def test_base_daemonset_is_least_privilege() -> None:

@@ -9,7 +9,7 @@ apiVersion: apps/v1
 kind: DaemonSet
 metadata:
   name: {{ .name }}
-  namespace: {{ $root.Release.Namespace }}
+  namespace: {{ include "joulesched.agentNamespace" $root }}
   labels:
     app.kubernetes.io/name: joulesched-agent
     {{- if $gpu }}

@@ -50,3 +50,8 @@ vMAJOR.MINOR.PATCH from .Capabilities.KubeVersion, without vendor suffixes (+k3s
 {{- define "joulesched.extenderURL" -}}
 {{- printf "http://joulesched-extender.%s.svc:%v/scheduler" .Release.Namespace .Values.extender.port -}}
 {{- end -}}
+
+{{/* The agent's namespace (Pod Security "privileged"; everything else stays in the release namespace). */}}
+{{- define "joulesched.agentNamespace" -}}
+{{- .Values.agent.namespace.name -}}
+{{- end -}}
