@@ -22,6 +22,7 @@ from e2e_extender import (
     stays_pending,
     wait_all_bound,
 )
+from processes import ClusterError, _wait_until
 
 SITE = {"dc": {"pue": 1.2, "carbon_intensity": 300}}  # one site: only energy differs
 
@@ -176,6 +177,12 @@ def test_bind_verb(control_plane, node_factory, scheduler_factory, extender_fact
         cp.create_pod(p, ns, scheduler_name=name, cpu="1", memory="1Gi", node_selector=sel)
     placed = wait_all_bound(cp, ns, pods, timeout=30)
     assert set(placed.values()) <= set(nodes)
+    # The Binding is visible before the worker has counted the reply: wait for the count, then
+    # check it is exactly one bind per pod.
+    try:
+        _wait_until(lambda: ext.requests("bind", "200") >= len(pods), timeout=10, what="the bind replies counted")
+    except ClusterError:
+        pass
     assert ext.requests("bind", "200") == len(pods), ext.samples()
     assert ext.failures() == 0, ext.samples()
     log = sched.log_text()
