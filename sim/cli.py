@@ -60,7 +60,7 @@ def parse_duration(text: str, flag: str) -> float:
 
 
 def parse_forecasts(text: str | None) -> tuple[str, ...]:
-    names = [f.strip() for f in (text or "perfect").split(",") if f.strip()]
+    names = [f.strip() for f in ("perfect" if text is None else text).split(",") if f.strip()]
     wrong = [f for f in names if f not in FORECASTS]
     if wrong or not names:
         raise SimError(f"--forecast: must be one or more of {', '.join(FORECASTS)}, comma-separated, got {text!r}")

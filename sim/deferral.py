@@ -11,7 +11,11 @@ must be done ``max_delay`` seconds after it was submitted (the first root's arri
 Its expected runtime — what ``decide`` keeps between the latest start and the deadline — is
 its makespan in the trace (the longest chain of task durations from its submission), taken at
 the speed of the cluster's slowest node (the deferrer cannot know where it will run) plus the
-autoscaler's scale-up delay when one is on (its nodes may have been powered off meanwhile).
+autoscaler's scale-up delay when one is on (its nodes may have been powered off meanwhile),
+with ``margin`` (25 %) of head-room on top, as a user sets an expected-runtime annotation:
+released at its latest start, a workflow still queues behind others released at the same
+clean hour. Whether that suffices is measured, never assumed: every unit that finishes after
+its deadline is counted (``deadlines_missed``), and ``joulesched sim run`` fails when any does.
 
 The decision is evaluated when the unit is submitted, then at every ``tick`` of simulated time
 (15 min by default), at the start the last decision planned and at the latest start, so the
@@ -39,6 +43,7 @@ from joulesched.sim.model import PodSpec, topological_order
 
 DEFAULT_TICK = 900.0  # s: the deferrer's re-evaluation period
 DEADLINE_SLACK = 1e-6  # s: float noise on a finish exactly at the deadline
+DEFAULT_MARGIN = 0.25  # head-room on the expected runtime (a fraction of it)
 
 
 @dataclass(frozen=True)
@@ -50,12 +55,15 @@ class Deferring:
     step: float = DEFAULT_STEP
     tolerance: float = DEFAULT_TOLERANCE
     horizon: float = DEFAULT_HORIZON
+    margin: float = DEFAULT_MARGIN
 
     def __post_init__(self) -> None:
         if self.forecast not in FORECASTS:
             raise SimError(f"--forecast: must be one of {', '.join(FORECASTS)}, got {self.forecast!r}")
         if not (self.tick > 0 and math.isfinite(self.tick)):
             raise SimError(f"deferral tick: must be a positive number of seconds, got {self.tick!r}")
+        if not (self.margin >= 0 and math.isfinite(self.margin)):
+            raise SimError(f"deferral margin: must be a fraction >= 0, got {self.margin!r}")
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ def _slowest(cluster: ClusterSpec, gpu: bool) -> float:
     return min(speeds) if speeds else 1.0
 
 
-def units_of(pods: Sequence[PodSpec], cluster: ClusterSpec) -> list[Unit]:
+def units_of(pods: Sequence[PodSpec], cluster: ClusterSpec, margin: float = DEFAULT_MARGIN) -> list[Unit]:
     """Every deferrable unit of ``pods`` (global indices), in submission order."""
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(pods):
@@ -96,7 +104,7 @@ def units_of(pods: Sequence[PodSpec], cluster: ClusterSpec) -> list[Unit]:
             p = pods[i]
             ready = max((finish[j] for j in p.parents if j in finish), default=p.arrival)
             finish[i] = ready + p.duration / (gpu_speed if p.gpu_request else cpu_speed)
-        runtime = max(finish.values()) - submitted + boot
+        runtime = (max(finish.values()) - submitted + boot) * (1.0 + margin)
         label = name if not name.startswith("\0") else pods[members[0]].name
         units.append(Unit(label, tuple(members), roots, Deferral(submitted, submitted + min(delays), runtime)))
     units.sort(key=lambda u: (u.terms.submitted, u.name))

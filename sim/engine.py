@@ -198,7 +198,7 @@ class Engine:
 
     def _init_deferral(self) -> None:
         how = self.profile.defer
-        self.units = units_of(self.pods, self.cluster) if how is not None else []
+        self.units = units_of(self.pods, self.cluster, how.margin) if how is not None else []
         self.deferrer = Deferrer(self.cluster, how) if how is not None else None
         self.held_roots = {r for u in self.units for r in u.roots}
 
