@@ -39,6 +39,20 @@ def chain(name: str, durations: list[float], arrival: float = 0.0, max_delay: fl
     return Trace(name, "test", "synthetic", tuple(pods))
 
 
+def example_run(out: Path) -> list[str]:
+    """``joulesched sim run`` of one small nf-core trace on the example cluster."""
+    return [
+        "sim",
+        "run",
+        "--trace",
+        str(SMALL),
+        "--cluster",
+        str(ROOT / "sim/data/clusters/example.yaml"),
+        "--out",
+        str(out),
+    ]
+
+
 def run(cl: Any, wl: Workload, *names: str) -> dict[str, Any]:
     return run_policies(cl, wl, RunOptions(policies=names, record_timeseries=False))
 
@@ -185,17 +199,9 @@ def test_cli_deadline_runs_each_policy_with_and_without_deferral(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "report"
-    args = [
-        "sim",
-        "run",
-        "--trace",
-        str(SMALL),
-        "--cluster",
-        str(ROOT / "sim/data/clusters/example.yaml"),
-        "--out",
-        str(out),
-    ]
-    code = joulesched([*args, "--deadline", "12h", "--forecast", "perfect,day-ahead", "--no-plots", "--no-attribution"])
+    code = joulesched(
+        [*example_run(out), "--deadline", "12h", "--forecast", "perfect,day-ahead", "--no-plots", "--no-attribution"]
+    )
     assert code == 0
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert set(results["policies"]) == {
@@ -234,17 +240,7 @@ def test_cli_deadline_runs_each_policy_with_and_without_deferral(
 def test_cli_rejects_malformed_deferral_flags(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    args = [
-        "sim",
-        "run",
-        "--trace",
-        str(SMALL),
-        "--cluster",
-        str(ROOT / "sim/data/clusters/example.yaml"),
-        "--out",
-        str(tmp_path / "r"),
-    ]
-    assert joulesched([*args, *extra]) == 2
+    assert joulesched([*example_run(tmp_path / "r"), *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "r").exists()
