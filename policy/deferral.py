@@ -39,7 +39,7 @@ import numpy as np
 
 from joulesched.policy.demand import MAX_RUNTIME_SECONDS, RUNTIME_ANNOTATION
 from joulesched.policy.errors import PolicyError
-from joulesched.policy.site import CarbonIntensitySource, IntensityUnavailable, interval_means
+from joulesched.policy.site import CarbonIntensitySource, IntensitySeries, IntensityUnavailable, interval_means
 
 GATE = "joulesched.io/deferred"
 DEADLINE_ANNOTATION = "joulesched.io/deadline"
@@ -125,9 +125,8 @@ class LowestOf:
             raise IntensityUnavailable(f"{self.name}: no source has a value at {t:.0f}")
         return min(values)
 
-    def integral(self, a: float, b: float) -> float:
-        if b <= a:
-            return 0.0
+    def _cells(self, a: float, b: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cells covering ``[a, b]`` (``lo``, ``hi``) and the lowest source mean in each."""
         r = self.resolution
         edges = np.arange(math.floor(a / r), math.ceil(b / r) + 1, dtype=np.float64) * r
         edges[0], edges[-1] = a, b
@@ -141,7 +140,22 @@ class LowestOf:
                 continue
         if not np.all(np.isfinite(best)):
             raise IntensityUnavailable(f"{self.name}: no source covers {a:.0f} to {b:.0f}")
+        return lo, hi, best
+
+    def integral(self, a: float, b: float) -> float:
+        if b <= a:
+            return 0.0
+        lo, hi, best = self._cells(a, b)
         return float(np.sum(best * (hi - lo)))
+
+    def as_series(self, a: float, b: float) -> IntensitySeries:
+        """The same minimum over ``[a, b]`` as one step series (``outside: error``): equal to
+        :meth:`integral` there, and integrated in one vectorised step, where a search over many
+        candidate starts would otherwise recompute every cell for each of them."""
+        if not b > a:
+            raise PolicyError(f"LowestOf.as_series: the end must follow the start, got {a!r} to {b!r}")
+        lo, _, best = self._cells(a, b)
+        return IntensitySeries(lo, best, b, "error", self.name)
 
 
 def _mean_over_runs(forecast: CarbonIntensitySource, starts: np.ndarray, runtime: float) -> np.ndarray:

@@ -4,7 +4,7 @@ joulesched sim run --trace FILE... --cluster FILE --out DIR [--policies default,
                    [--seed N] [--percentage-of-nodes-to-score P] [--extender-weight W] [--policy-config FILE]
                    [--extender-url URL|auto|STRATEGY=URL ...] [--extender-profiles FILE|STRATEGY=FILE ...]
                    [--repeat N --every S] [--recording FILE...] [--attribution-cluster FILE] [--no-attribution]
-                   [--sensitivity]
+                   [--sensitivity] [--deadline DURATION [--forecast perfect,persistence,day-ahead]]
 joulesched sim run --scheduler kube --trace FILE... --cluster FILE --out DIR [--kubeconfig FILE]
                    [--scheduler-name NAME] [--scheduler-profile default|most-allocated] [--seed N]
                    [--time-scale S] [--bind-timeout S]
@@ -17,6 +17,8 @@ joulesched sim profiles --cluster FILE --out FILE.json
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,18 +27,63 @@ import yaml
 
 from joulesched.policy.config import PolicyConfig, parse_policy
 from joulesched.policy.errors import ConfigError, PolicyError
+from joulesched.policy.forecast import FORECASTS
 from joulesched.policy.validate import Checker
 from joulesched.sim.cluster import ClusterSpec, load_cluster
 from joulesched.sim.errors import SimError
 from joulesched.sim.model import Trace, Workload, repeat
 from joulesched.sim.runner import (
     DEFAULT_EXTENDER_WEIGHT,
+    DEFER,
     POLICIES,
     VARIANTS,
     RunOptions,
     check_policies,
+    split_policy,
     write_profiles,
 )
+
+DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$")
+MAX_DEADLINE_SECONDS = 31 * 86400.0  # policy.deferral.MAX_DELAY_SECONDS: a month
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """``12h``, ``90m``, ``1d``, ``3600`` (seconds) -> seconds; anything else is a ``SimError``."""
+    match = DURATION.match(text)
+    if not match:
+        raise SimError(f"{flag}: must be a duration such as 12h, 90m, 1d or 3600 (seconds), got {text!r}")
+    seconds = float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    if not 0 < seconds <= MAX_DEADLINE_SECONDS or not math.isfinite(seconds):
+        raise SimError(f"{flag}: must be more than 0 and at most 31 days, got {text!r}")
+    return seconds
+
+
+def parse_forecasts(text: str | None) -> tuple[str, ...]:
+    names = [f.strip() for f in ("perfect" if text is None else text).split(",") if f.strip()]
+    wrong = [f for f in names if f not in FORECASTS]
+    if wrong or not names:
+        raise SimError(f"--forecast: must be one or more of {', '.join(FORECASTS)}, comma-separated, got {text!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def deferral_policies(policies: str | None, deadline: str | None, forecast: str | None) -> tuple[str, ...]:
+    """The policies to run: ``NAME+defer`` becomes one run per forecast; with ``--deadline`` and no
+    ``--policies``, the four policies each without and with deferral."""
+    forecasts = parse_forecasts(forecast)
+    if policies is None:
+        names = list(POLICIES) + ([f"{p}{DEFER}" for p in POLICIES] if deadline is not None else [])
+    else:
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+    out: list[str] = []
+    for name in names:
+        out += [f"{name}:{f}" for f in forecasts] if name.endswith(DEFER) else [name]
+    defers = any(split_policy(n)[1] is not None for n in out)
+    if forecast is not None and not defers:
+        raise SimError(f"--forecast: no policy defers; add --deadline, or NAME{DEFER} to --policies")
+    if deadline is not None and not defers:
+        raise SimError(f"--deadline: no policy in --policies defers; add NAME{DEFER} (e.g. carbon{DEFER})")
+    return check_policies(out)
 
 
 def _split_map(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -124,6 +171,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     run.add_argument("--no-attribution", action="store_true", help="skip the attribution comparison")
     run.add_argument("--sensitivity", action="store_true", help="also run every policy with the autoscaler off")
     run.add_argument("--no-plots", action="store_true")
+    run.add_argument(
+        "--deadline",
+        metavar="DURATION",
+        help="make every workflow (and independent pod) deferrable: it must be done this long after it is "
+        "submitted (12h, 90m, 1d, seconds); adds NAME+defer runs (see --forecast)",
+    )
+    run.add_argument(
+        "--forecast",
+        metavar="LIST",
+        help=f"forecasts the deferring runs plan with, comma-separated from {', '.join(FORECASTS)} (default perfect)",
+    )
     run.add_argument(
         "--scheduler",
         choices=("model", "kube"),
@@ -239,7 +297,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_run_kube(args)
     from joulesched.sim.execute import execute
 
-    policies = check_policies([p.strip() for p in (args.policies or ",".join(POLICIES)).split(",") if p.strip()])
+    policies = deferral_policies(args.policies, args.deadline, args.forecast)
+    deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else None
     if not 0 <= args.percentage_of_nodes_to_score <= 100:
         raise SimError(f"--percentage-of-nodes-to-score: must be 0..100, got {args.percentage_of_nodes_to_score}")
     if args.extender_weight < 1:
@@ -248,7 +307,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SimError(f"--repeat: must be >= 1, got {args.repeat}")
     cluster = load_cluster(args.cluster)
     traces = read_traces(args.trace)
+    if deadline is not None:
+        traces = [t.deferrable(deadline) for t in traces]
     workload = Workload.of([copy for t in traces for copy in repeat(t, args.repeat, args.every)])
+    if any(split_policy(p)[1] is not None for p in policies) and not any(
+        p.max_delay is not None for p in workload.pods
+    ):
+        raise SimError(
+            f"--policies: a {DEFER} policy needs deferrable work: give --deadline, or a max_delay column in a pod CSV"
+        )
     attribution_cluster = load_cluster(args.attribution_cluster) if args.attribution_cluster else cluster
     samples = _samples(args.recording, cluster) if args.recording else ()
     opts = RunOptions(
@@ -263,7 +330,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         samples=samples,
     )
     attribution = [] if args.no_attribution else [Workload.of([t]) for t in _first_arrival_zero(traces) if t.workflows]
-    execute(
+    results = execute(
         cluster,
         workload,
         opts,
@@ -274,6 +341,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         inputs=[str(p) for p in args.trace],
     )
+    missed = results.get("deadlines_missed", 0)
+    if missed:
+        print(
+            f"joulesched sim: DEADLINES MISSED: {missed} deferred units finished after their deadline "
+            "(report.md, 'Carbon-aware deferral')",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -284,6 +359,8 @@ KUBE_UNUSED = (
     ("attribution_cluster", "--attribution-cluster"),
     ("policy_config", "--policy-config"),
     ("sensitivity", "--sensitivity"),
+    ("deadline", "--deadline"),
+    ("forecast", "--forecast"),
 )
 
 

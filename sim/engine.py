@@ -34,12 +34,13 @@ from joulesched.policy.power import drawn_watts
 from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim import kube
 from joulesched.sim.cluster import ClusterSpec, Node, profile_document
+from joulesched.sim.deferral import DeferralOutcome, Deferrer, Deferring, units_of
 from joulesched.sim.extender import ClusterView, Extender, PodRequest
 from joulesched.sim.model import PodSpec, Workload
 from joulesched.sim.schedstate import SchedulingState, needs_of
 
 # Event kinds, in the order they are handled at equal times.
-FINISH, NODE_READY, SAMPLE, ARRIVE, SCALE_DOWN = 0, 1, 2, 3, 4
+FINISH, NODE_READY, SAMPLE, ARRIVE, SCALE_DOWN, DEFER = 0, 1, 2, 3, 4, 5
 OFF, BOOTING, READY = 0, 1, 2
 
 
@@ -51,6 +52,7 @@ class Profile:
     fit_strategy: str = "least"  # least | most
     extender: Extender | None = None
     extender_weight: int = 1
+    defer: Deferring | None = None  # hold deferrable work for cleaner hours (sim.deferral)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class SimResult:
         default_factory=list
     )  # per node: (t, watts, usage, pods)
     feasible_seen: list[int] = field(default_factory=list)  # candidates the extender saw per decision
+    deferral: DeferralOutcome | None = None  # the profile defers
 
 
 class Engine:
@@ -107,6 +110,7 @@ class Engine:
         self.nodes = cluster.nodes()
         self._init_nodes()
         self._init_pods(workload.pods)
+        self._init_deferral()
         self._reset_view()
 
     def _reset_view(self) -> None:
@@ -191,6 +195,12 @@ class Engine:
             PodRequest(i, p.name, p.namespace, nd.cpu, nd.mem, nd.gpu)
             for i, (p, nd) in enumerate(zip(pods, self.p_needs, strict=True))
         ]
+
+    def _init_deferral(self) -> None:
+        how = self.profile.defer
+        self.units = units_of(self.pods, self.cluster, how.margin) if how is not None else []
+        self.deferrer = Deferrer(self.cluster, how) if how is not None else None
+        self.held_roots = {r for u in self.units for r in u.roots}
 
     # -- power and energy -----------------------------------------------------------------------
 
@@ -548,8 +558,13 @@ class Engine:
             [[(0.0, self.power[n], 0.0, 0)] for n in range(self.n_nodes)] if self.opt.record_segments else []
         )
         for i, p in enumerate(self.pods):
-            if not p.parents:
+            if not p.parents and i not in self.held_roots:
                 self._push(p.arrival, ARRIVE, i)
+        self.released = np.full(len(self.units), np.nan)
+        self.release_reason = [""] * len(self.units)
+        self.evaluations = 0
+        for u, unit in enumerate(self.units):
+            self._push(unit.terms.submitted, DEFER, u)
         for k, (ts, n, _) in enumerate(samples):
             self._push(ts, SAMPLE, n, k)
         if self.cluster.autoscaler.enabled:  # nodes idle from the start may go
@@ -572,6 +587,8 @@ class Engine:
                 self._scale_down(a, b, t)
             elif kind == SAMPLE:
                 self._apply_sample(a, samples[b][2], t)
+            elif kind == DEFER:
+                self._defer(a, t)
             if self.active:
                 self._drain(t)
         end = t
@@ -582,6 +599,39 @@ class Engine:
         if self.opt.record_timeseries:
             self._log_power(end)
         return self._result(end, time.perf_counter() - started)
+
+    def _defer(self, u: int, t: float) -> None:
+        """Evaluate held unit ``u``: release its roots now (each by the same delay) or look again."""
+        assert self.deferrer is not None
+        unit = self.units[u]
+        decision = self.deferrer.decide(unit, t)
+        self.evaluations += 1
+        if not decision.release:
+            self._push(self.deferrer.next_look(unit, t, decision), DEFER, u)
+            return
+        self.released[u] = t
+        self.release_reason[u] = decision.reason
+        delay = t - unit.terms.submitted
+        for r in unit.roots:
+            self._push(self.pods[r].arrival + delay, ARRIVE, r)
+
+    def _deferral_outcome(self) -> DeferralOutcome | None:
+        if self.deferrer is None:
+            return None
+        end = self.outcome.end
+        finished = np.array([np.max(end[list(u.pods)]) for u in self.units]) if self.units else np.zeros(0)
+        return DeferralOutcome(
+            forecast=self.deferrer.how.forecast,
+            names=[u.name for u in self.units],
+            submitted=np.array([u.terms.submitted for u in self.units]),
+            deadline=np.array([u.terms.deadline for u in self.units]),
+            runtime=np.array([u.terms.runtime for u in self.units]),
+            released=self.released,
+            finished=finished,
+            reasons=list(self.release_reason),
+            evaluations=self.evaluations,
+            forecasts_issued=self.deferrer.forecasts_issued,
+        )
 
     def _apply_sample(self, n: int, watts: float, t: float) -> None:
         """A recorded power sample: node ``n`` draws ``watts`` until the next one (NaN: the model again)."""
@@ -619,6 +669,7 @@ class Engine:
             util_log=self.util_log,
             segments=self.segments,
             feasible_seen=self.feasible_seen,
+            deferral=self._deferral_outcome(),
         )
 
     def extend_to(self, result: SimResult, horizon: float) -> None:

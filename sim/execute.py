@@ -23,6 +23,7 @@ from joulesched.sim.runner import (
     RunOptions,
     attribution_runs,
     comparison,
+    deferral_comparison,
     describe_extender,
     policy_config_dict,
     run_policies,
@@ -157,6 +158,7 @@ def execute(
         "targets": goals,
         "target_notes": target_notes(runs, compare, goals, cluster),
         "bound": bound_for_runs(cluster, workload, runs, seed=opts.seed),
+        "deferral": deferral_comparison(runs),
     }
     if pct == 100 or cluster.node_count < 100:
         results["percentage_100"] = {
@@ -191,6 +193,7 @@ def execute(
             "comparison": cmp_fixed,
             "targets": targets(cmp_fixed),
             "bound": bound_for_runs(fixed, workload, runs_fixed, seed=opts.seed),
+            "deferral": deferral_comparison(runs_fixed),
         }
     examples: dict[str, Any] = {}
     if attribution_workloads:
@@ -212,6 +215,7 @@ def execute(
                 "ran alone, as in the published comparison.",
             ],
         }
+    results["deadlines_missed"] = deadlines_missed(results)
     if extra:
         results.update(extra)
     results["wall_seconds"] = time.perf_counter() - started
@@ -232,8 +236,24 @@ def execute(
     print(report.summary_text(results["policies"], compare))
     for name, goal in goals.items():
         print(f"target {name}: {goal['target']}: {'met' if goal['met'] else 'NOT met'}")
+    for name, d in results["deferral"].items():
+        print(
+            f"deferral {name}: {d['carbon_saving_percent']:.1f} % less CO2e than {d['without']} "
+            f"({d['carbon_avoided_grams']:.0f} g avoided), deadlines missed {d['deadlines_missed']}, "
+            f"extra pending mean {d['extra_pending_mean_seconds'] / 3600:.2f} h, p95 {d['extra_pending_p95_seconds'] / 3600:.2f} h"
+        )
     print(f"report: {out / 'report.md'}  (results.json, {len(written)} plots)", file=sys.stdout)
     return results
+
+
+def deadlines_missed(results: Mapping[str, Any]) -> int:
+    """Deferred units that finished after their deadline, over every run of the report."""
+    runs = [results["policies"], *(s["policies"] for s in results.get("sensitivity", {}).values())]
+    if "policies" in results.get("percentage_100", {}):
+        runs.append(results["percentage_100"]["policies"])
+    return sum(
+        int(m["deferral"]["deadlines_missed"]) for policies in runs for m in policies.values() if m.get("deferral")
+    )
 
 
 def _pick_example(workflows: Mapping[str, Mapping[str, Any]], examples: Mapping[str, Any]) -> Any:

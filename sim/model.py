@@ -31,6 +31,9 @@ class PodSpec:
     group: str = ""  # the ReplicaSet/Service its labels match ("" for a bare pod)
     priority: int = 0
     namespace: str = DEFAULT_NAMESPACE
+    # Carbon-aware deferral: the pod's work (its workflow's, for a workflow) may start up to this
+    # long after it is submitted and must be done by then (seconds); None: not deferrable.
+    max_delay: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,12 @@ class Trace:
             )
 
         return replace(self, name=self.name + suffix, pods=tuple(move(p) for p in self.pods))
+
+    def deferrable(self, max_delay: float) -> Trace:
+        """The same trace with every pod that sets no ``max_delay`` of its own given this one."""
+        return replace(
+            self, pods=tuple(p if p.max_delay is not None else replace(p, max_delay=max_delay) for p in self.pods)
+        )
 
 
 @dataclass(frozen=True)

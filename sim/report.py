@@ -147,6 +147,9 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
         for why in r.get("target_notes", []):
             lines.append(f"  {why}")
         lines.append("")
+    lines += deferral_markdown(r, "")
+    for sens in r.get("sensitivity", {}).values():
+        lines += deferral_markdown(sens, f" ({sens['title']})")
     lines += bound_markdown(r.get("bound"), "")
     for sens in r.get("sensitivity", {}).values():
         lines += bound_markdown(sens.get("bound"), f" ({sens['title']})")
@@ -237,6 +240,58 @@ def markdown(results: Mapping[str, Any], plots: Sequence[str]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def deferral_markdown(r: Mapping[str, Any], label: str) -> list[str]:
+    """The deferring runs: deadlines, the extra wait, and CO2e against the same policy undeferred."""
+    deferring = {n: m["deferral"] for n, m in r["policies"].items() if m.get("deferral")}
+    if not deferring:
+        return []
+    against = r.get("deferral", {})
+    missed = sum(d["deadlines_missed"] for d in deferring.values())
+    lines = [f"## Carbon-aware deferral{label}", ""]
+    if missed:
+        lines += [f"**DEADLINES MISSED: {missed}** deferred units finished after their deadline (the rule must keep this 0).", ""]
+    rows = []
+    for name, d in deferring.items():
+        c = against.get(name)
+        rows.append(
+            [
+                name,
+                d["forecast"],
+                f"{d['held_units']}/{d['units']}",
+                _fmt(d["extra_pending_mean_seconds"] / 3600, 2),
+                _fmt(d["extra_pending_p95_seconds"] / 3600, 2),
+                str(d["deadlines_missed"]),
+                _fmt(r["policies"][name]["carbon_kg"], 3),
+                f"`{c['without']}`" if c else "–",
+                _signed(-c["carbon_saving_percent"]) if c else "–",
+                _fmt(c["carbon_avoided_grams"], 0) if c else "–",
+                _signed(c["energy_change_percent"]) if c else "–",
+            ]
+        )
+    header = [
+        "policy",
+        "forecast",
+        "held units",
+        "extra pending mean h",
+        "p95 h",
+        "deadlines missed",
+        "CO2e kg",
+        "against",
+        "CO2e Δ %",
+        "g avoided",
+        "energy Δ %",
+    ]
+    lines += [
+        _table(header, rows),
+        "",
+        "A unit is a workflow run (or an independent pod), held until `policy.deferral.decide` releases it under the "
+        "forecast; extra pending = release − submission, over every deferrable unit. Δ against the same policy without "
+        "deferral, over the same window.",
+        "",
+    ]
+    return lines
 
 
 def bound_markdown(bound: Mapping[str, Any] | None, label: str) -> list[str]:

@@ -9,7 +9,10 @@ Policies:
 * ``default`` — kube-scheduler's default profile (NodeResourcesFit LeastAllocated);
 * ``most-allocated`` — NodeResourcesFit with the MostAllocated strategy (bin-packing);
 * ``energy``, ``carbon`` — the default profile plus the joulesched extender with that
-  strategy, in-process or over HTTP.
+  strategy, in-process or over HTTP;
+* ``NAME+defer:FORECAST`` — any of those with carbon-aware deferral (:mod:`sim.deferral`):
+  deferrable work is held for cleaner hours, planned with a ``perfect``, ``persistence`` or
+  ``day-ahead`` forecast (``NAME+defer`` alone: ``perfect``).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any
 import numpy as np
 
 from joulesched.policy.config import PolicyConfig
+from joulesched.policy.forecast import FORECASTS
 from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim.attribution import Attribution, phases_for, scrape_example
 from joulesched.sim.cluster import ClusterSpec, profile_document
+from joulesched.sim.deferral import Deferring
 from joulesched.sim.engine import Engine, EngineOptions, Profile, SimResult
 from joulesched.sim.errors import SimError
 from joulesched.sim.extender import Extender, HttpExtender, InProcessExtender, SpawnedExtender
@@ -36,6 +41,7 @@ POLICIES = ("default", "most-allocated", "energy", "carbon")
 VARIANTS = ("energy+most-allocated", "carbon+most-allocated")
 # The extender weight of deploy/scheduler/scheduler-config.yaml.
 DEFAULT_EXTENDER_WEIGHT = 5
+DEFER = "+defer"
 TARGETS = {"energy_saving_percent": 15.0, "makespan_increase_percent": 5.0, "carbon_saving_percent": 25.0}
 
 
@@ -73,10 +79,24 @@ def policy_config_dict(cfg: PolicyConfig) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "strategy"}
 
 
+def split_policy(name: str) -> tuple[str, str | None]:
+    """``carbon+defer:persistence`` -> (``carbon``, ``persistence``); ``carbon`` -> (``carbon``, None)."""
+    head, colon, forecast = name.partition(":")
+    if head.endswith(DEFER):
+        return head.removesuffix(DEFER), forecast if colon else "perfect"
+    return name, None
+
+
 def check_policies(names: Sequence[str]) -> tuple[str, ...]:
-    unknown = [n for n in names if n not in POLICIES + VARIANTS]
-    if unknown:
-        raise SimError(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(POLICIES + VARIANTS)})")
+    for name in names:
+        base, forecast = split_policy(name)
+        if base not in POLICIES + VARIANTS or (":" in name and forecast is None):
+            raise SimError(
+                f"--policies: unknown policy {name!r} (known: {', '.join(POLICIES + VARIANTS)}, "
+                f"each also as NAME{DEFER} or NAME{DEFER}:FORECAST)"
+            )
+        if forecast is not None and forecast not in FORECASTS:
+            raise SimError(f"--policies {name!r}: unknown forecast {forecast!r} (known: {', '.join(FORECASTS)})")
     if not names:
         raise SimError("--policies: name at least one policy")
     return tuple(dict.fromkeys(names))
@@ -126,12 +146,14 @@ class ExtenderPool:
 
 
 def make_profile(name: str, pool: ExtenderPool, weight: int) -> Profile:
-    if name == "default":
-        return Profile("default", "least")
-    if name == "most-allocated":
-        return Profile("most-allocated", "most")
-    strategy, _, fit = name.partition("+")
-    return Profile(name, "most" if fit == "most-allocated" else "least", pool.make(strategy), weight)
+    base, forecast = split_policy(name)
+    defer = Deferring(forecast) if forecast is not None else None
+    if base == "default":
+        return Profile(name, "least", defer=defer)
+    if base == "most-allocated":
+        return Profile(name, "most", defer=defer)
+    strategy, _, fit = base.partition("+")
+    return Profile(name, "most" if fit == "most-allocated" else "least", pool.make(strategy), weight, defer)
 
 
 def run_policies(
@@ -233,7 +255,42 @@ def metrics_of(cluster: ClusterSpec, workload: Workload, r: SimResult) -> dict[s
         "extender_candidates_mean": float(np.mean(r.feasible_seen)) if r.feasible_seen else None,
         "wall_seconds": r.wall_seconds,
         "per_site": per_site,
+        "deferral": r.deferral.metrics() if r.deferral is not None else None,
     }
+
+
+def deferral_comparison(runs: Mapping[str, PolicyRun]) -> dict[str, dict[str, Any]]:
+    """Each deferring policy against the same policy without deferral: CO2e and energy avoided."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, run in runs.items():
+        base, forecast = split_policy(name)
+        if forecast is None or base not in runs or run.metrics["deferral"] is None:
+            continue
+        mine, theirs = run.metrics, runs[base].metrics
+        out[name] = {
+            "without": base,
+            "forecast": forecast,
+            "carbon_grams": mine["carbon_grams"],
+            "carbon_grams_without": theirs["carbon_grams"],
+            "carbon_avoided_grams": theirs["carbon_grams"] - mine["carbon_grams"],
+            "carbon_saving_percent": 100.0 * (1.0 - mine["carbon_grams"] / theirs["carbon_grams"])
+            if theirs["carbon_grams"]
+            else 0.0,
+            "energy_change_percent": 100.0 * (mine["energy_joules"] / theirs["energy_joules"] - 1.0)
+            if theirs["energy_joules"]
+            else 0.0,
+            **{
+                k: mine["deferral"][k]
+                for k in (
+                    "deadlines_missed",
+                    "extra_pending_mean_seconds",
+                    "extra_pending_p95_seconds",
+                    "held_units",
+                    "units",
+                )
+            },
+        }
+    return out
 
 
 def comparison(runs: Mapping[str, PolicyRun], baseline: str = "default") -> dict[str, dict[str, float]]:

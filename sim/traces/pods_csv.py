@@ -11,7 +11,9 @@ Generic pod CSV (one pod per line; only ``arrival`` and ``duration`` are require
 ``gpu_usage`` 0..1 per GPU (default 1 when GPUs are requested); ``group`` names the
 ReplicaSet/Service the pod belongs to (default spreading applies); ``parents`` lists pod
 names, separated by ``;``, that must finish first; ``gpu_model`` the GPU models a GPU pod
-accepts, separated by ``|`` (a node affinity on ``nvidia.com/gpu.product``; default: any).
+accepts, separated by ``|`` (a node affinity on ``nvidia.com/gpu.product``; default: any);
+``max_delay`` makes the pod (or its workflow) deferrable: seconds after ``arrival`` by which its
+work must be done, the simulator holding it for cleaner hours meanwhile (default: not deferrable).
 
 Alibaba openb (``openb_pod_list_*.csv``): ``name,cpu_milli,memory_mib,num_gpu,gpu_milli,
 gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`` in seconds. A pod arrives
@@ -51,6 +53,7 @@ POD_CSV_COLUMNS = (
     "process",
     "namespace",
     "parents",
+    "max_delay",
 )
 OPENB_POD_COLUMNS = (
     "name",
@@ -141,6 +144,7 @@ def read_pod_csv(path: str | Path, *, name: str | None = None) -> Trace:
                 group=f.text("group"),
                 priority=int(priority),
                 namespace=f.text("namespace", default=DEFAULT_NAMESPACE),
+                max_delay=f.number("max_delay") if f.has("max_delay") else None,
             )
         )
     for i, f, parents in pending_parents:

@@ -199,6 +199,7 @@ def write_pod_csv(trace: Trace, path: str | Path) -> None:
                 p.process,
                 p.namespace,
                 ";".join(trace.pods[j].name for j in p.parents),
+                "" if p.max_delay is None else repr(p.max_delay),
             ]
         )
     Path(path).write_text(buf.getvalue(), encoding="utf-8")
