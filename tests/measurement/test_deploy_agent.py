@@ -65,10 +65,13 @@ def test_base_daemonset_is_least_privilege() -> None:
         "/sys/devices/virtual/powercap",
         "/sys/fs/cgroup",
         "/proc",
+        "/var/lib/joulesched/joulesched-agent",  # server.state_dir: the only one written
     }
     for mount in container["volumeMounts"]:
         if mount["name"] in host_paths:
-            assert mount.get("readOnly") is True, mount
+            assert bool(mount.get("readOnly")) is (mount["name"] != "state"), mount
+    assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["state"] == "/var/lib/joulesched"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert "--node-name=$(NODE_NAME)" in container["args"]

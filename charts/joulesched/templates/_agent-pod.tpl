@@ -110,9 +110,11 @@ spec:
             - name: metrics
               containerPort: {{ $v.agent.port }}
               protocol: TCP
+          # ready once an energy source reads (503 naming every source's error until then);
+          # alive as long as the HTTP server answers
           readinessProbe:
             httpGet:
-              path: /healthz
+              path: /readyz
               port: metrics
             periodSeconds: 10
           livenessProbe:
@@ -152,6 +154,8 @@ spec:
               readOnly: true
             - name: tmp
               mountPath: /tmp
+            - name: state
+              mountPath: /var/lib/joulesched
       volumes:
         - name: powercap
           hostPath:
@@ -173,4 +177,9 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 16Mi
+        # server.state_dir: windows kept across agent restarts and pod re-creations on this node
+        - name: state
+          hostPath:
+            path: /var/lib/joulesched/{{ .name }}
+            type: DirectoryOrCreate
 {{- end -}}
