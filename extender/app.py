@@ -104,6 +104,7 @@ def create_app(
     app.extensions["joulesched"] = {"extender": ext, "metrics": metrics, "gauges": gauges, "config": config}
     prefix = config.prefix.rstrip("/")
     endpoint = VerbEndpoint(ext, metrics, source, config.max_request_bytes)
+    app.extensions["joulesched"]["endpoint"] = endpoint  # the worker counts the requests it refuses itself
 
     @app.route(f"{prefix}/<verb>", methods=["GET", "PUT", "DELETE", "PATCH"])
     def wrong_method(verb: str) -> Response:

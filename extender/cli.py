@@ -77,6 +77,8 @@ def serve(config: Any) -> None:
             self.cfg.set("threads", config.server.threads)
             self.cfg.set("timeout", max(1, round(config.server.timeout_seconds)))
             self.cfg.set("keepalive", max(1, round(config.server.keepalive_seconds)))
+            if config.server.worker == "gthread":
+                self.cfg.set("worker_class", "gthread")
 
         def load(self) -> Any:
             from joulesched.extender.app import create_app

@@ -33,6 +33,15 @@ class ServerConfig:
     keepalive_seconds: float = setting(
         120.0, "idle keep-alive; longer than Go's 90 s client idle timeout", exclusive_minimum=0
     )
+    worker: str = setting(
+        "buffered",
+        "`buffered`: requests are read in full before a thread serves them (idle and slow clients"
+        " hold no thread); `gthread`: gunicorn's own worker",
+        choices=("buffered", "gthread"),
+    )
+    request_timeout_seconds: float = setting(
+        10.0, "`buffered`: a request not received in full this long after its connection opened (kept alive: after its first byte) gets 408", exclusive_minimum=0
+    )
 
 
 @dataclass(frozen=True)

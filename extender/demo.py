@@ -47,6 +47,16 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) 
     raise RuntimeError(f"the extender on port {port} was not ready after {timeout:.0f} s")
 
 
+def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM (gunicorn's graceful stop), SIGKILL after ``timeout``."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
 def run_demo(config_path: str | None) -> int:
     port = free_port()
     cmd = [sys.executable, "-m", "joulesched", "extender", "--listen", f"127.0.0.1:{port}", "--workers", "1"]
@@ -78,11 +88,7 @@ def run_demo(config_path: str | None) -> int:
         print(f"joulesched extender --demo: {err}", file=sys.stderr)
         return 1
     finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 15)
     print(f"extender on 127.0.0.1:{port} — {ready}")
     demand = explain["demand"]
     print(

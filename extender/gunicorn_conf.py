@@ -29,7 +29,7 @@ import shutil
 from typing import Any
 
 bind = os.environ.get("JOULESCHED_LISTEN", "0.0.0.0:8888")
-worker_class = "gthread"
+worker_class = "joulesched.extender.worker.FrontBufferedWorker"
 workers = 2
 threads = 4
 timeout = 30
