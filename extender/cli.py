@@ -50,9 +50,12 @@ def main(argv: Sequence[str]) -> int:
 
             return run_demo(args.config)
         # Fail before forking workers: a broken profile file is an operator's error to see now.
-        from joulesched.extender.app import make_source
+        # Only the file is read here: the master imports nothing the workers alone need (their
+        # imports are not shared with it, and every process's memory counts against the pod).
+        if config.source == "file":
+            from joulesched.extender.profiles import read_profile_file
 
-        make_source(config)
+            read_profile_file(config.file_path)
     except ConfigError as err:
         print(f"joulesched extender: {err}", file=sys.stderr)
         return 2

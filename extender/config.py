@@ -27,7 +27,7 @@ def example_profiles_path() -> str:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    workers: int = setting(2, "gunicorn worker processes (`--workers` overrides)", minimum=1, maximum=64)
+    workers: int = setting(1, "gunicorn worker processes (`--workers` overrides)", minimum=1, maximum=64)
     threads: int = setting(4, "threads per worker (gthread)", minimum=1, maximum=256)
     timeout_seconds: float = setting(30.0, "gunicorn worker timeout", exclusive_minimum=0)
     keepalive_seconds: float = setting(

@@ -3,10 +3,15 @@
 ``joulesched extender`` uses this module and overrides ``bind``, ``workers`` and ``threads``
 from the extender config. The choices:
 
-* ``gthread`` worker: kube-scheduler's Go client keeps one connection alive per extender and
-  sends request after request on it; the ``sync`` worker closes every connection, ``gthread``
-  keeps it. gunicorn sets TCP_NODELAY on its TCP listener (inherited by accepted sockets), so
-  no reply waits on Nagle's algorithm and the client's delayed ACK.
+* ``FrontBufferedWorker`` (extender/worker.py), gunicorn's ``gthread`` that reads each request
+  whole in its event loop before a thread serves it: kube-scheduler's Go client keeps one
+  connection alive per extender and sends request after request on it (the ``sync`` worker
+  closes every connection), and idle, slow or lying clients must not hold the threads its
+  requests need (``server.worker: gthread`` is gunicorn's own, for comparison). gunicorn sets
+  TCP_NODELAY on its TCP listener (inherited by accepted sockets), so no reply waits on
+  Nagle's algorithm and the client's delayed ACK.
+* one worker: kube-scheduler sends one request at a time; a second worker would double the
+  resting memory (each holds the kubernetes client) for throughput only parallel clients get.
 * ``keepalive`` 120 s: longer than Go's default idle-connection timeout (90 s), so the client
   closes idle connections, not the server mid-request.
 * ``timeout`` 30 s: a worker stuck this long is restarted; a request never takes that long
@@ -30,7 +35,7 @@ from typing import Any
 
 bind = os.environ.get("JOULESCHED_LISTEN", "0.0.0.0:8888")
 worker_class = "joulesched.extender.worker.FrontBufferedWorker"
-workers = 2
+workers = 1
 threads = 4
 timeout = 30
 graceful_timeout = 10

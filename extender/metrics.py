@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -66,6 +67,9 @@ class ExtenderMetrics:
             multiprocess_mode="mostrecent",
         )
         self.data_age = Gauge(m.EXT_DATA_AGE.name, m.EXT_DATA_AGE.help, registry=reg, multiprocess_mode="mostrecent")
+        self.profiles = Gauge(
+            m.EXT_PROFILES.name, m.EXT_PROFILES.help, list(m.EXT_PROFILES.labels), registry=reg, multiprocess_mode="mostrecent"
+        )
         self.predicted_pods = Gauge(
             m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="livesum"
         )
@@ -77,6 +81,15 @@ class ExtenderMetrics:
             return generate_latest(registry)
         assert self.registry is not None
         return generate_latest(self.registry)
+
+
+@dataclass(frozen=True)
+class ProfileStatus:
+    """What /readyz and the gauges say of the profile source."""
+
+    age_seconds: float  # since the source last answered
+    fresh: int
+    stale: int  # measured longer ago than max_age_seconds
 
 
 def _base(metric: m.Metric) -> str:
@@ -95,9 +108,16 @@ class NodeGaugeWriter:
 
     NEW_PER_TICK = 256  # new nodes' series created per tick (about 35 µs each, in the multiprocess files)
 
-    def __init__(self, metrics: ExtenderMetrics, last: Callable[[], Decision | None], interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        metrics: ExtenderMetrics,
+        last: Callable[[], Decision | None],
+        interval: float = 1.0,
+        status: Callable[[], ProfileStatus | None] | None = None,
+    ) -> None:
         self.metrics = metrics
         self.last = last
+        self.status = status
         self.interval = interval
         self._seen: object = None
         self._written: dict[str, list[Any]] = {}  # node -> [score child, watts child, score, watts]
@@ -115,6 +135,12 @@ class NodeGaugeWriter:
             self.write_once()
 
     def write_once(self) -> None:
+        if self.status is not None:  # every tick, requests or not: a stalled source shows
+            status = self.status()
+            if status is not None:
+                self.metrics.data_age.set(status.age_seconds)
+                self.metrics.profiles.labels("fresh").set(status.fresh)
+                self.metrics.profiles.labels("stale").set(status.stale)
         decision = self.last()
         if decision is None or decision is self._seen:
             return
@@ -150,5 +176,5 @@ class NodeGaugeWriter:
             if watts == watts and abs(watts) != float("inf") and entry[3] != watts:  # finite
                 entry[1].set(watts)
                 entry[3] = watts
-        if snap.ready:
+        if snap.ready and self.status is None:
             self.metrics.data_age.set(max(0.0, decision.at - snap.loaded_at))
