@@ -55,7 +55,12 @@ class ExtenderConfig:
         "/scheduler", "the verbs are `{prefix}/filter`, `/prioritize`, `/preempt`, `/bind`, `/explain`"
     )
     max_request_bytes: int = setting(
-        32 * 1024 * 1024, "larger bodies get HTTP 413 before they are read", kind="number", minimum=1024
+        16 * 1024 * 1024,
+        "larger bodies get HTTP 413 before they are read; 5,000 full Nodes are ~14 MiB, 5,000"
+        " NodeNames ~0.1 MiB; a worker needs up to 5 x this per request in flight, at most two"
+        " (docs/benchmarks.md, \"Memory\")",
+        kind="number",
+        minimum=1024,
     )
     source: str = setting("file", "where node profiles come from", key="profiles.source", choices=("file", "prometheus"))
     file_path: str = setting(

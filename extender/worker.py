@@ -20,8 +20,9 @@ deadline, not a thread. The rules, each answered with a JSON error and counted i
   ``Content-Length``): 411;
 * a ``Content-Length`` over ``max_request_bytes``: handed on unread, so the app answers 413, and
   the connection is closed (``Connection: close``) instead of its body being drained;
-* bodies being read hold at most two ``max_request_bytes`` per worker: a connection that would
-  exceed that gets 503 and is closed, so memory is bounded whatever the number of clients.
+* bodies being read or served hold at most two ``max_request_bytes`` per worker: a connection
+  that would exceed that gets 503 and is closed, so memory is bounded whatever the number of
+  clients (docs/benchmarks.md, "Memory").
 
 Replies are written by the pool thread with a socket timeout of the same deadline, so a client
 that does not read its reply holds a thread that long at most. Closing a connection lingers on
@@ -44,9 +45,9 @@ import orjson
 from gunicorn import http, sock, util
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from joulesched.extender.config import ExtenderConfig
+
 MAX_HEAD_BYTES = 64 * 1024
-DEFAULT_MAX_BODY = 32 * 1024 * 1024
-DEFAULT_REQUEST_TIMEOUT = 10.0
 LINGER_SECONDS = 2.0
 _REASONS = {
     408: "Request Timeout",
@@ -57,24 +58,28 @@ _REASONS = {
 
 
 class FrontBody:
-    """``wsgi.input`` over a body read before the request reached its thread (no copy for a whole read)."""
+    """``wsgi.input`` over a body read before the request reached its thread.
+
+    A whole read returns the buffer itself (a ``bytearray``, which orjson and the app take as
+    they take ``bytes``): a body is in memory once, not once per layer.
+    """
 
     failed = False
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self._data = data
         self._pos = 0
 
-    def read(self, size: int | None = None) -> bytes:
+    def read(self, size: int | None = None) -> bytes | bytearray:
         data, pos = self._data, self._pos
         if size is None or size < 0 or size >= len(data) - pos:
-            self._pos = len(data)
+            self._pos = 0
             self._data = b""
             return data if pos == 0 else data[pos:]
         self._pos = pos + size
         return data[pos : pos + size]
 
-    def readline(self, size: int | None = None) -> bytes:
+    def readline(self, size: int | None = None) -> bytes | bytearray:
         data, pos = self._data, self._pos
         end = data.find(b"\n", pos)
         end = len(data) if end < 0 else end + 1
@@ -83,7 +88,7 @@ class FrontBody:
         self._pos = end
         return data[pos:end]
 
-    def readlines(self, hint: int | None = None) -> list[bytes]:
+    def readlines(self, hint: int | None = None) -> list[bytes | bytearray]:
         lines = []
         while line := self.readline():
             lines.append(line)
@@ -102,9 +107,10 @@ class FrontConn(TConn):  # type: ignore[misc]
         self.deadline = 0.0
         self.head: bytes | None = None  # the request head, once complete
         self.need = 0  # bytes of the buffer the whole request takes (head + body)
-        self.body: bytes | None = None
+        self.body: bytearray | None = None
         self.oversize = False
         self.sent_continue = False
+        self.held = 0  # this connection's share of FrontBufferedWorker.inflight
         self.handshaken = not isinstance(sock, ssl.SSLSocket)
 
 
@@ -112,17 +118,16 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
     def init_process(self) -> None:
         self.reading: set[FrontConn] = set()
         self.lingering: dict[FrontConn, float] = {}
-        self.buffered = 0
+        self.buffered = 0  # bytes of requests being read
+        self.inflight = 0  # bytes of bodies handed to threads and not yet answered
         self._ssl_context: ssl.SSLContext | None = None
         super().init_process()
 
     def run(self) -> None:
         extension = getattr(self.wsgi, "extensions", {}).get("joulesched", {})
-        config = extension.get("config")
-        self.max_body = getattr(config, "max_request_bytes", DEFAULT_MAX_BODY)
-        self.request_timeout = getattr(
-            getattr(config, "server", None), "request_timeout_seconds", DEFAULT_REQUEST_TIMEOUT
-        )
+        config = extension.get("config") or ExtenderConfig()
+        self.max_body = config.max_request_bytes
+        self.request_timeout = config.server.request_timeout_seconds
         self.budget = 2 * self.max_body
         self.endpoint = extension.get("endpoint")
         super().run()
@@ -190,7 +195,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                     return
                 conn.buf += chunk
                 self.buffered += len(chunk)
-                if self.buffered > self.budget:
+                if self.buffered + self.inflight > self.budget:
                     self._reject(conn, 503, "busy", "the extender is reading too many large requests at once; retry")
                     return
                 if len(chunk) < 262144 and not isinstance(s, ssl.SSLSocket):
@@ -239,11 +244,19 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
     def _hand_over(self, conn: FrontConn) -> None:
         self._stop_reading(conn)
         buf = conn.buf
-        head = conn.head or b""
-        if not conn.oversize and conn.need > len(head):
-            conn.body = bytes(buf[len(head) : conn.need])
-        rest = bytes(buf[conn.need :]) if not conn.oversize else bytes(buf[len(head) :])
         conn.buf = bytearray()
+        head = conn.head or b""
+        rest = b""
+        if conn.oversize:
+            rest = bytes(buf[len(head) :])
+        elif len(buf) > conn.need:  # pipelined: the next request's bytes stay for later
+            rest = bytes(buf[conn.need :])
+            del buf[conn.need :]
+        if not conn.oversize and conn.need > len(head):
+            del buf[: len(head)]  # in place: the body is the buffer itself, never a second copy
+            conn.body = buf
+            conn.held = len(buf)
+            self.inflight += conn.held
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
             conn.initialized = True
@@ -356,6 +369,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         return False
 
     def finish_request(self, conn: FrontConn, fs: Any) -> None:
+        self.inflight -= conn.held
+        conn.held = 0
         try:
             keep = fs.result() if not fs.cancelled() else False
         except Exception:
