@@ -14,6 +14,7 @@ of label look-ups that a scheduling request should not wait for.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -107,6 +108,7 @@ class NodeGaugeWriter:
     """
 
     NEW_PER_TICK = 256  # new nodes' series created per tick (about 35 µs each, in the multiprocess files)
+    EVICT_AFTER_SECONDS = 3600.0
 
     def __init__(
         self,
@@ -120,7 +122,8 @@ class NodeGaugeWriter:
         self.status = status
         self.interval = interval
         self._seen: object = None
-        self._written: dict[str, list[Any]] = {}  # node -> [score child, watts child, score, watts]
+        self._written: dict[str, list[Any]] = {}  # node -> [score child, watts child, score, watts, last seen]
+        self._swept = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="node-gauges", daemon=True)
 
@@ -152,6 +155,7 @@ class NodeGaugeWriter:
         marginal = ev.marginal_watts.tolist()
         known = decision.rows.tolist()
         written = self._written
+        at = decision.at
         budget = self.NEW_PER_TICK
         for name, score, watts, row in zip(names, scores, marginal, known, strict=True):
             if row < 0:  # no profile: a name only the request knows makes no series (bounded cardinality)
@@ -169,7 +173,9 @@ class NodeGaugeWriter:
                     self.metrics.marginal_watts.labels(name),
                     None,
                     None,
+                    at,
                 ]
+            entry[4] = at
             if entry[2] != score:
                 entry[0].set(score)
                 entry[2] = score
@@ -178,3 +184,19 @@ class NodeGaugeWriter:
                 entry[3] = watts
         if snap.ready and self.status is None:
             self.metrics.data_age.set(max(0.0, decision.at - snap.loaded_at))
+        if at - self._swept >= 60.0:
+            self._swept = at
+            self.evict(at - self.EVICT_AFTER_SECONDS)
+
+    def evict(self, before: float) -> None:
+        """Drop the series of nodes in no decision since ``before`` (removed, renamed, replaced).
+
+        In multiprocess mode a series cannot be deleted from the worker's file: it is set to NaN
+        (a gap, not a stale score) and its entry there is reused if the node comes back.
+        """
+        for name in [n for n, entry in self._written.items() if entry[4] < before]:
+            entry = self._written.pop(name)
+            for metric, child in ((self.metrics.node_score, entry[0]), (self.metrics.marginal_watts, entry[1])):
+                child.set(math.nan)
+                if not self.metrics.multiprocess:
+                    metric.remove(name)

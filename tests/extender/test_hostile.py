@@ -376,3 +376,25 @@ def test_the_kept_decision_does_not_hold_the_request_s_node_objects(make_app) ->
     status, _ = post(c, "filter", {"Pod": make_pod(), "Nodes": {"items": [make_node("efficient"), make_node("hungry")]}})
     last = app.extensions["joulesched"]["extender"].last
     assert status == 200 and last.args.nodes is None and last.args.node_names == ["efficient", "hungry"]
+
+
+def test_node_series_of_nodes_gone_for_an_hour_are_evicted(make_app) -> None:  # type: ignore[no-untyped-def]
+    from tests.support import Clock
+
+    clock = Clock()
+    app, _ = make_app(clock=clock)
+    c = app.test_client()
+    gauges = app.extensions["joulesched"]["gauges"]
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["efficient", "hungry"]})[0] == 200
+    gauges.write_once()
+    assert 'node_score{node="hungry"}' in c.get("/metrics").data.decode()
+    clock.tick(1800)
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["efficient"]})[0] == 200
+    gauges.write_once()
+    assert 'node_score{node="hungry"}' in c.get("/metrics").data.decode()  # half an hour: kept
+    clock.tick(1900)
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["efficient"]})[0] == 200
+    gauges.write_once()
+    text = c.get("/metrics").data.decode()
+    assert 'node_score{node="efficient"}' in text
+    assert 'node="hungry"' not in text
