@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from joulesched.extender.bench import profile_document, request_body  # noqa: E402
 from joulesched.extender.config import ExtenderConfig  # noqa: E402
-from joulesched.extender.demo import free_port, stop, wait_ready  # noqa: E402
+from joulesched.extender.demo import free_port, start_extender, stop, wait_ready  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -76,18 +74,7 @@ def main(argv: list[str]) -> int:
     (tmp / "nodes.yaml").write_text(yaml.safe_dump(profile_document(5000)))
     (tmp / "config.yaml").write_text(yaml.safe_dump({"profiles": {"file": {"path": str(tmp / "nodes.yaml")}}}))
     port = free_port()
-    env = dict(os.environ)
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    with (tmp / "extender.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "joulesched", "extender", "--config", str(tmp / "config.yaml")),
-                *("--listen", f"127.0.0.1:{port}", "--workers", str(a.workers)),
-            ],
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
+    proc = start_extender(tmp / "config.yaml", port, tmp / "extender.log", "--workers", str(a.workers))
     rows: list[dict[str, Any]] = []
     try:
         wait_ready(port, proc)

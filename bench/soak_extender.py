@@ -16,9 +16,7 @@ import argparse
 import http.client
 import json
 import multiprocessing as mp
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from joulesched.extender.bench import node_name, profile_document  # noqa: E402
-from joulesched.extender.demo import free_port, stop, wait_ready  # noqa: E402
+from joulesched.extender.demo import free_port, start_extender, stop, wait_ready  # noqa: E402
 
 
 def client(port: int, seconds: float, seed: int) -> dict[str, Any]:
@@ -96,24 +94,7 @@ def main(argv: list[str]) -> int:
     (tmp / "nodes.yaml").write_text(yaml.safe_dump(profile_document(1000)))
     (tmp / "config.yaml").write_text(yaml.safe_dump({"profiles": {"file": {"path": str(tmp / "nodes.yaml")}}}))
     port = free_port()
-    env = dict(os.environ)
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    with (tmp / "extender.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "joulesched",
-                "extender",
-                "--config",
-                str(tmp / "config.yaml"),
-                "--listen",
-                f"127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
+    proc = start_extender(tmp / "config.yaml", port, tmp / "extender.log")
     samples: list[dict[str, Any]] = []
     try:
         wait_ready(port, proc)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -43,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from joulesched.extender.bench import profile_document, request_body  # noqa: E402
-from joulesched.extender.demo import free_port, stop, wait_ready  # noqa: E402
+from joulesched.extender.demo import free_port, start_extender, stop, wait_ready  # noqa: E402
 
 TIMEOUT = 1.0
 PATH = "/scheduler/prioritize"
@@ -59,25 +58,7 @@ def start(variant: str, a: argparse.Namespace, tmp: Path, port: int) -> subproce
     elif variant != "buffered":
         raise SystemExit(f"unknown variant {variant!r}")
     (tmp / f"{variant}.yaml").write_text(yaml.safe_dump(config))
-    env = dict(os.environ, PYTHONPATH=str(checkout))
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    log = (tmp / f"{variant}.log").open("wb")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "joulesched",
-            "extender",
-            "--config",
-            str(tmp / f"{variant}.yaml"),
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stdout=log,
-        stderr=log,
-        env=env,
-        cwd=str(checkout),
-    )
+    return start_extender(tmp / f"{variant}.yaml", port, tmp / f"{variant}.log", checkout=str(checkout))
 
 
 class Attack:

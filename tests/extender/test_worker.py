@@ -10,7 +10,6 @@ import http.client
 import re
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import orjson
 import pytest
 import yaml
 
-from joulesched.extender.demo import free_port, stop, wait_ready
+from joulesched.extender.demo import free_port, start_extender, stop, wait_ready
 from joulesched.extender.worker import FrontBody, _body_length
 from tests.extender.support import PROFILES, make_pod
 
@@ -33,21 +32,7 @@ def start(
     config = {"profiles": {"file": {"path": "nodes.yaml"}}, "max_request_bytes": max_request_bytes, "server": server}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     port = free_port()
-    with (tmp_path / "extender.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "joulesched",
-                "extender",
-                "--config",
-                str(tmp_path / "config.yaml"),
-                "--listen",
-                f"127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
+    proc = start_extender(tmp_path / "config.yaml", port, tmp_path / "extender.log")
     wait_ready(port, proc)
     return proc, port
 
