@@ -82,6 +82,16 @@ def serve(config: Any) -> None:
             self.cfg.set("keepalive", max(1, round(config.server.keepalive_seconds)))
             if config.server.worker == "gthread":
                 self.cfg.set("worker_class", "gthread")
+            if config.server.tls_cert_file:
+                import ssl
+
+                self.cfg.set("certfile", config.server.tls_cert_file)
+                self.cfg.set("keyfile", config.server.tls_key_file)
+                if config.server.tls_client_ca_file:
+                    # Optional at the handshake, so that the kubelet's probes (no certificate)
+                    # reach /healthz and /readyz; the worker refuses the verbs without one.
+                    self.cfg.set("ca_certs", config.server.tls_client_ca_file)
+                    self.cfg.set("cert_reqs", ssl.CERT_OPTIONAL)
 
         def load(self) -> Any:
             from joulesched.extender.app import create_app

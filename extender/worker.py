@@ -27,8 +27,10 @@ deadline, not a thread. The rules, each answered with a JSON error and counted i
 Replies are written by the pool thread with a socket timeout of the same deadline, so a client
 that does not read its reply holds a thread that long at most. Closing a connection lingers on
 it (to drain what the client still sends, RFC 9112 section 9.6) in the event loop, not in a
-blocking call. TLS (gunicorn's ``certfile``/``keyfile``/``ca_certs``/``cert_reqs``) is
-handshaken in the event loop too.
+blocking call. TLS (``server.tls``: gunicorn's ``certfile``, ``keyfile``, ``ca_certs``) is
+handshaken in the event loop too; with ``server.tls.client_ca_file`` a request other than a GET
+of /healthz, /readyz or /metrics without a verified client certificate gets 403 (the
+handshake asks for one but lets the kubelet's probes in without).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from joulesched.extender.config import ExtenderConfig
 MAX_HEAD_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
 _REASONS = {
+    403: "Forbidden",
     408: "Request Timeout",
     411: "Length Required",
     431: "Request Header Fields Too Large",
@@ -112,6 +115,7 @@ class FrontConn(TConn):  # type: ignore[misc]
         self.sent_continue = False
         self.held = 0  # this connection's share of FrontBufferedWorker.inflight
         self.handshaken = not isinstance(sock, ssl.SSLSocket)
+        self.verified = False  # a client certificate signed by the configured CA was presented
 
 
 class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
@@ -128,6 +132,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         config = extension.get("config") or ExtenderConfig()
         self.max_body = config.max_request_bytes
         self.request_timeout = config.server.request_timeout_seconds
+        self.require_client_cert = bool(config.server.tls_client_ca_file) and self.cfg.is_ssl
         self.budget = 2 * self.max_body
         self.endpoint = extension.get("endpoint")
         super().run()
@@ -188,6 +193,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             if not conn.handshaken:
                 s.do_handshake()
                 conn.handshaken = True
+                conn.verified = bool(s.getpeercert())
             while True:
                 chunk = s.recv(262144)
                 if not chunk:
@@ -218,6 +224,10 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                     return True
                 return False
             conn.head = bytes(buf[: end + 4])
+            if self.require_client_cert and not conn.verified and not _open_to_all(conn.head):
+                message = "a client certificate signed by server.tls.client_ca_file is required"
+                self._reject(conn, 403, "no_client_certificate", message)
+                return True
             length, problem = _body_length(conn.head)
             if problem:
                 status, reason, message = problem
@@ -391,6 +401,16 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         except Exception:
             self.nr_conns -= 1
             conn.close()
+
+
+_OPEN_PATHS = (b"/healthz", b"/readyz", b"/metrics")
+
+
+def _open_to_all(head: bytes) -> bool:
+    """GET of a probe or of the metrics: served without a client certificate (kubelet, Prometheus)."""
+    method, _, rest = head.partition(b" ")
+    target = rest.partition(b" ")[0].partition(b"?")[0]
+    return method in (b"GET", b"HEAD") and target in _OPEN_PATHS
 
 
 def _body_length(head: bytes) -> tuple[int | None, tuple[int, str, str] | None]:
