@@ -10,6 +10,14 @@ mark (``/proc/PID/clear_refs``), sends the body to prioritize and to filter ``--
 over one kept-alive connection, and reads the peak (``VmHWM``) and the RSS afterwards.
 
     python bench/memory_extender.py --out bench/results/memory-extender.json
+
+``--shipped`` measures only the resting RSS of the extender as deploy/ ships it: its
+deploy/extender/config.yaml (Prometheus source, pod watch, its worker count) with the
+Prometheus URL and a kubeconfig pointed at a closed loopback port, so that everything the
+shipped extender imports and starts is there; ``--workers`` overrides the count and
+``--checkout`` runs another checkout (its code and its deploy/ config).
+
+    python bench/memory_extender.py --shipped
 """
 
 from __future__ import annotations
@@ -62,19 +70,69 @@ def send(conn: http.client.HTTPConnection, verb: str, body: bytes) -> int:
     return reply.status
 
 
+def workers_flag(workers: int | None) -> tuple[str, ...]:
+    return () if workers is None else ("--workers", str(workers))
+
+
+def shipped(workers: int | None, checkout: str | None) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="joulesched-memory-"))
+    closed = free_port()  # nothing listens there: connections are refused at once
+    doc = yaml.safe_load((Path(checkout or ROOT) / "deploy" / "extender" / "config.yaml").read_text())
+    doc["profiles"]["prometheus"]["url"] = f"http://127.0.0.1:{closed}"
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed}"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    (tmp / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    doc["kubeconfig"] = str(tmp / "kubeconfig")
+    (tmp / "config.yaml").write_text(yaml.safe_dump(doc))
+    port = free_port()
+    proc = start_extender(tmp / "config.yaml", port, tmp / "extender.log", *workers_flag(workers), checkout=checkout)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # /readyz stays 503 (no Prometheus): wait for the workers
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            try:
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            time.sleep(0.2)
+        time.sleep(8.0)  # the pod watch's and the refresh's first tries, the gauge ticks
+        pids = [proc.pid, *children(proc.pid)]
+        rss = [status_kb(pid, "VmRSS") / 1024 for pid in pids]
+        print(
+            f"resting RSS: master {rss[0]:.1f} MB, workers {[round(r, 1) for r in rss[1:]]} MB, total {sum(rss):.1f} MB"
+        )
+    finally:
+        stop(proc)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--bodies", default="names:1000,names:5000,names:20000,nodes:1000,nodes:5000,names-max")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, help="gunicorn workers (default: the config's)")
+    p.add_argument("--shipped", action="store_true", help="only the resting RSS of deploy/extender/config.yaml")
+    p.add_argument("--checkout", help="--shipped: run this checkout's code and deploy/ config (A/B)")
     p.add_argument("--out")
     a = p.parse_args(argv)
+    if a.shipped:
+        return shipped(a.workers, a.checkout)
     max_bytes = ExtenderConfig().max_request_bytes
     tmp = Path(tempfile.mkdtemp(prefix="joulesched-memory-"))
     (tmp / "nodes.yaml").write_text(yaml.safe_dump(profile_document(5000)))
     (tmp / "config.yaml").write_text(yaml.safe_dump({"profiles": {"file": {"path": str(tmp / "nodes.yaml")}}}))
     port = free_port()
-    proc = start_extender(tmp / "config.yaml", port, tmp / "extender.log", "--workers", str(a.workers))
+    proc = start_extender(tmp / "config.yaml", port, tmp / "extender.log", *workers_flag(a.workers))
     rows: list[dict[str, Any]] = []
     try:
         wait_ready(port, proc)
