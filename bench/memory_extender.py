@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workers", type=int, help="gunicorn workers (default: the config's)")
     p.add_argument("--shipped", action="store_true", help="only the resting RSS of deploy/extender/config.yaml")
-    p.add_argument("--checkout", help="--shipped: run this checkout's code and deploy/ config (A/B)")
+    p.add_argument("--checkout", help="run this checkout's code (and, with --shipped, its deploy/ config): A/B")
     p.add_argument("--out")
     a = p.parse_args(argv)
     if a.shipped:
@@ -132,7 +132,9 @@ def main(argv: list[str]) -> int:
     (tmp / "nodes.yaml").write_text(yaml.safe_dump(profile_document(5000)))
     (tmp / "config.yaml").write_text(yaml.safe_dump({"profiles": {"file": {"path": str(tmp / "nodes.yaml")}}}))
     port = free_port()
-    proc = start_extender(tmp / "config.yaml", port, tmp / "extender.log", *workers_flag(a.workers))
+    proc = start_extender(
+        tmp / "config.yaml", port, tmp / "extender.log", *workers_flag(a.workers), checkout=a.checkout
+    )
     rows: list[dict[str, Any]] = []
     try:
         wait_ready(port, proc)

@@ -16,8 +16,8 @@ from the extender config. The choices:
   closes idle connections, not the server mid-request.
 * ``timeout`` 30 s: a worker stuck this long is restarted; a request never takes that long
   (the Prometheus source refreshes in the background).
-* Request size: gunicorn has no body limit; the app rejects bodies over
-  ``max_request_bytes`` with 413 before reading them.
+* Request size: gunicorn has no body limit; the worker hands a request announcing more than
+  ``max_request_bytes`` on unread, the app answers 413 and the connection closes.
 * ``gc.freeze()`` after the app is loaded in each worker, and a young-generation threshold of
   50,000 allocations: a request with 1,000 Node objects is then not interrupted by hundreds of
   collections that scan the whole import graph (docs/benchmarks.md: p99 of 100 full Nodes from

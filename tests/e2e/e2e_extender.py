@@ -93,7 +93,7 @@ def node_profile(name: str, curve: list[float], cores: float, **fields: Any) -> 
 
 
 class ExtenderProcess(ManagedProcess):
-    """``python -m joulesched extender`` on 127.0.0.1:``port`` (gunicorn, 2 workers by default).
+    """``python -m joulesched extender`` on 127.0.0.1:``port`` (gunicorn, the config's workers).
 
     ``profiles`` is the profile document (policy/profile.py) written to
     ``<workdir>/nodes.yaml``; ``config`` is merged over ``{"profiles": {"file": {"path":
