@@ -256,10 +256,11 @@ EXT_FAILURES = _m(
     L_REASON,
 )
 EXT_NODE_SCORE = _m("extender_node_score", "gauge", "Last score given to the node (0..10).", L_NODE)
-EXT_MARGINAL_WATTS = _m(
-    "extender_node_marginal_watts", "gauge", "Last estimated marginal watts of a pod on the node.", L_NODE
+EXT_MARGINAL_WATTS = _m("extender_node_marginal_watts", "gauge", "Last estimated marginal watts of a pod on the node.", L_NODE)
+EXT_DATA_AGE = _m("extender_profile_age_seconds", "gauge", "Seconds since the profile source last answered: the age of the node profiles used for scoring.")
+EXT_PROFILES = _m(
+    "extender_profiles", "gauge", "Node profiles the source serves, by state (fresh; stale: measured longer ago than policy.max_age_seconds, scored neutral).", "state"
 )
-EXT_DATA_AGE = _m("extender_profile_age_seconds", "gauge", "Age of the node profiles used for scoring.")
 EXT_NEUTRAL = _m(
     "extender_neutral_scores_total",
     "counter",

@@ -5,7 +5,8 @@ Routes (``{prefix}`` defaults to ``/scheduler``):
 * ``POST {prefix}/filter``, ``{prefix}/prioritize``, ``{prefix}/preempt``, ``{prefix}/bind``
   — the kube-scheduler extender verbs (see ``extender/wire.py``);
 * ``POST {prefix}/explain`` — the same ExtenderArgs, answered with the why of every score;
-* ``GET /healthz`` (alive), ``GET /readyz`` (a profile source answered), ``GET /metrics``.
+* ``GET /healthz`` (alive), ``GET /readyz`` (the profile source answered and not every profile
+  is stale past ``policy.max_age_seconds``), ``GET /metrics``.
 
 Every failure is an HTTP error with a JSON body ``{"Error": "..."}`` naming what is wrong —
 400 for bad input, 404 for an unknown verb, 405 for a wrong method, 413 for a body over
@@ -29,7 +30,7 @@ from joulesched.extender import wire
 from joulesched.extender.config import ExtenderConfig
 from joulesched.extender.errors import BindDisabled, WireError
 from joulesched.extender.logsafe import RateLimitedLog, escape
-from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter
+from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter, ProfileStatus
 from joulesched.extender.predicted import Occupancy, PredictedLoad
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
 from joulesched.extender.service import Extender
@@ -87,7 +88,17 @@ def create_app(
         server_id_label=config.server_id_label,
         occupancy=occupancy,
     )
-    gauges = NodeGaugeWriter(metrics, lambda: ext.last)
+    max_age = config.policy.max_age_seconds
+
+    def status() -> ProfileStatus | None:
+        snap = source.snapshot()
+        if not snap.ready:
+            return None
+        now = clock()
+        stale = snap.stale_count(now, max_age)
+        return ProfileStatus(max(0.0, now - snap.loaded_at), len(snap.profiles.nodes) - stale, stale)
+
+    gauges = NodeGaugeWriter(metrics, lambda: ext.last, status=status)
     if config.watch_pods or config.watch_nodes or config.bind_enabled:
         from joulesched.extender.kube import preload
 
@@ -108,6 +119,7 @@ def create_app(
     app.extensions["joulesched"] = {"extender": ext, "metrics": metrics, "gauges": gauges, "config": config}
     prefix = config.prefix.rstrip("/")
     endpoint = VerbEndpoint(ext, metrics, source, config.max_request_bytes)
+    app.extensions["joulesched"]["endpoint"] = endpoint  # the worker counts the requests it refuses itself
 
     @app.route(f"{prefix}/<verb>", methods=["GET", "PUT", "DELETE", "PATCH"])
     def wrong_method(verb: str) -> Response:
@@ -121,9 +133,17 @@ def create_app(
     @app.get("/readyz")
     def readyz() -> Response:
         snap = source.snapshot()
-        if snap.ready:
-            return Response(f"ok: {len(snap.profiles.nodes)} node profiles from {source.name}\n", mimetype="text/plain")
-        return Response(f"not ready: no answer yet from the {source.name} profile source {snap.error}\n", 503, mimetype="text/plain")
+        if not snap.ready:
+            return Response(f"not ready: no answer yet from the {source.name} profile source {snap.error}\n", 503, mimetype="text/plain")
+        st = status()
+        assert st is not None
+        total = st.fresh + st.stale
+        said = f"{total} node profiles from {source.name}, {st.stale} stale (measured over {max_age:g} s ago), read {st.age_seconds:.0f} s ago"
+        if snap.error:
+            said += f"; the last refresh failed: {escape(snap.error)}"
+        if total and not st.fresh:  # every node would score neutral: let kube-scheduler go without us
+            return Response(f"not ready: {said}\n", 503, mimetype="text/plain")
+        return Response(f"ok: {said}\n", mimetype="text/plain")
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:

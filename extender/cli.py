@@ -56,9 +56,12 @@ def main(argv: Sequence[str]) -> int:
 
             return run_demo(args.config)
         # Fail before forking workers: a broken profile file is an operator's error to see now.
-        from joulesched.extender.app import make_source
+        # Only the file is read here: the master imports nothing the workers alone need (their
+        # imports are not shared with it, and every process's memory counts against the pod).
+        if config.source == "file":
+            from joulesched.extender.profiles import read_profile_file
 
-        make_source(config)
+            read_profile_file(config.file_path)
     except ConfigError as err:
         print(f"joulesched extender: {err}", file=sys.stderr)
         return 2
@@ -85,6 +88,18 @@ def serve(config: Any, log_format: str = "text") -> None:
             self.cfg.set("keepalive", max(1, round(config.server.keepalive_seconds)))
             if log_format == "json":
                 self.cfg.set("logger_class", "joulesched.extender.gunicorn_conf.JsonLogger")
+            if config.server.worker == "gthread":
+                self.cfg.set("worker_class", "gthread")
+            if config.server.tls_cert_file:
+                import ssl
+
+                self.cfg.set("certfile", config.server.tls_cert_file)
+                self.cfg.set("keyfile", config.server.tls_key_file)
+                if config.server.tls_client_ca_file:
+                    # Optional at the handshake, so that the kubelet's probes (no certificate)
+                    # reach /healthz and /readyz; the worker refuses the verbs without one.
+                    self.cfg.set("ca_certs", config.server.tls_client_ca_file)
+                    self.cfg.set("cert_reqs", ssl.CERT_OPTIONAL)
 
         def load(self) -> Any:
             from joulesched.extender.app import create_app

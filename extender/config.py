@@ -28,11 +28,31 @@ def example_profiles_path() -> str:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    workers: int = setting(2, "gunicorn worker processes (`--workers` overrides)", minimum=1, maximum=64)
+    workers: int = setting(1, "gunicorn worker processes (`--workers` overrides)", minimum=1, maximum=64)
     threads: int = setting(4, "threads per worker (gthread)", minimum=1, maximum=256)
     timeout_seconds: float = setting(30.0, "gunicorn worker timeout", exclusive_minimum=0)
     keepalive_seconds: float = setting(
         120.0, "idle keep-alive; longer than Go's 90 s client idle timeout", exclusive_minimum=0
+    )
+    worker: str = setting(
+        "buffered",
+        "`buffered`: requests are read in full before a thread serves them (idle and slow clients"
+        " hold no thread); `gthread`: gunicorn's own worker",
+        choices=("buffered", "gthread"),
+    )
+    tls_cert_file: str = setting(
+        "", "serve HTTPS with this PEM certificate (and `tls.key_file`); kube-scheduler: `enableHTTPS: true`", key="tls.cert_file", shown="—"
+    )
+    tls_key_file: str = setting("", "the certificate's PEM private key", key="tls.key_file", shown="—")
+    tls_client_ca_file: str = setting(
+        "",
+        "mutual TLS: the verbs answer only clients with a certificate signed by this CA (kube-scheduler:"
+        " `tlsConfig.certFile`/`keyFile`); /healthz, /readyz and /metrics stay open to probes",
+        key="tls.client_ca_file",
+        shown="—",
+    )
+    request_timeout_seconds: float = setting(
+        10.0, "`buffered`: a request not received in full this long after its connection opened (kept alive: after its first byte) gets 408", exclusive_minimum=0
     )
 
 
@@ -47,7 +67,12 @@ class ExtenderConfig:
         "/scheduler", "the verbs are `{prefix}/filter`, `/prioritize`, `/preempt`, `/bind`, `/explain`"
     )
     max_request_bytes: int = setting(
-        32 * 1024 * 1024, "larger bodies get HTTP 413 before they are read", kind="number", minimum=1024
+        16 * 1024 * 1024,
+        "larger bodies get HTTP 413 before they are read; 5,000 full Nodes are ~14 MiB, 5,000"
+        " NodeNames ~0.1 MiB; a worker needs up to 5 x this per request in flight, at most two"
+        " (docs/benchmarks.md, \"Memory\")",
+        kind="number",
+        minimum=1024,
     )
     source: str = setting("file", "where node profiles come from", key="profiles.source", choices=("file", "prometheus", "tenant"))
     file_path: str = setting(
@@ -140,6 +165,7 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         check.problem("prefix", f"must start with '/' and not end with '/', got {prefix!r}")
     if base_dir is not None and not Path(config.file_path).is_absolute():
         config = replace(config, file_path=str(base_dir / config.file_path))
+    config = replace(config, server=_check_tls(config.server, base_dir, check))
     prom_url = config.prometheus_url
     if config.source == "prometheus" and not prom_url:
         check.problem("profiles.prometheus.url", "is required when profiles.source is prometheus")
@@ -149,6 +175,23 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         check_tenant_config(config.tenant, "profiles.tenant", check)
     check.raise_if_any()
     return config
+
+
+def _check_tls(server: ServerConfig, base_dir: Path | None, check: Checker) -> ServerConfig:
+    """Both of cert and key or neither; a client CA only with them and the buffered worker."""
+    files = {}
+    for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        value = getattr(server, name)
+        if value and base_dir is not None and not Path(value).is_absolute():
+            value = str(base_dir / value)
+        files[name] = value
+    if bool(files["tls_cert_file"]) != bool(files["tls_key_file"]):
+        check.problem("server.tls", "cert_file and key_file go together")
+    if files["tls_client_ca_file"] and not files["tls_cert_file"]:
+        check.problem("server.tls.client_ca_file", "needs cert_file and key_file: mutual TLS is TLS first")
+    if files["tls_client_ca_file"] and server.worker != "buffered":
+        check.problem("server.tls.client_ca_file", "is enforced by the buffered worker: server.worker must be buffered")
+    return replace(server, **files)
 
 
 def load_config(path: str | None) -> ExtenderConfig:

@@ -47,6 +47,33 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) 
     raise RuntimeError(f"the extender on port {port} was not ready after {timeout:.0f} s")
 
 
+def start_extender(
+    config: str | os.PathLike[str], port: int, log_path: str | os.PathLike[str], *extra: str, checkout: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``joulesched extender --config CONFIG`` on 127.0.0.1:PORT in a child process, logging to ``log_path``.
+
+    A fresh metrics directory each time (``PROMETHEUS_MULTIPROC_DIR`` is not inherited);
+    ``checkout`` runs another checkout's code (benchmarks' A/B runs).
+    """
+    env = dict(os.environ)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    if checkout is not None:
+        env["PYTHONPATH"] = checkout
+    cmd = [sys.executable, "-m", "joulesched", "extender", "--config", str(config), "--listen", f"127.0.0.1:{port}", *extra]
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=log, env=env, cwd=checkout)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM (gunicorn's graceful stop), SIGKILL after ``timeout``."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
 def run_demo(config_path: str | None) -> int:
     port = free_port()
     cmd = [sys.executable, "-m", "joulesched", "extender", "--listen", f"127.0.0.1:{port}", "--workers", "1"]
@@ -78,11 +105,7 @@ def run_demo(config_path: str | None) -> int:
         print(f"joulesched extender --demo: {err}", file=sys.stderr)
         return 1
     finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 15)
     print(f"extender on 127.0.0.1:{port} — {ready}")
     demand = explain["demand"]
     print(

@@ -3,16 +3,21 @@
 ``joulesched extender`` uses this module and overrides ``bind``, ``workers`` and ``threads``
 from the extender config. The choices:
 
-* ``gthread`` worker: kube-scheduler's Go client keeps one connection alive per extender and
-  sends request after request on it; the ``sync`` worker closes every connection, ``gthread``
-  keeps it. gunicorn sets TCP_NODELAY on its TCP listener (inherited by accepted sockets), so
-  no reply waits on Nagle's algorithm and the client's delayed ACK.
+* ``FrontBufferedWorker`` (extender/worker.py), gunicorn's ``gthread`` that reads each request
+  whole in its event loop before a thread serves it: kube-scheduler's Go client keeps one
+  connection alive per extender and sends request after request on it (the ``sync`` worker
+  closes every connection), and idle, slow or lying clients must not hold the threads its
+  requests need (``server.worker: gthread`` is gunicorn's own, for comparison). gunicorn sets
+  TCP_NODELAY on its TCP listener (inherited by accepted sockets), so no reply waits on
+  Nagle's algorithm and the client's delayed ACK.
+* one worker: kube-scheduler sends one request at a time; a second worker would double the
+  resting memory (each holds the kubernetes client) for throughput only parallel clients get.
 * ``keepalive`` 120 s: longer than Go's default idle-connection timeout (90 s), so the client
   closes idle connections, not the server mid-request.
 * ``timeout`` 30 s: a worker stuck this long is restarted; a request never takes that long
   (the Prometheus source refreshes in the background).
-* Request size: gunicorn has no body limit; the app rejects bodies over
-  ``max_request_bytes`` with 413 before reading them.
+* Request size: gunicorn has no body limit; the worker hands a request announcing more than
+  ``max_request_bytes`` on unread, the app answers 413 and the connection closes.
 * ``gc.freeze()`` after the app is loaded in each worker, and a young-generation threshold of
   50,000 allocations: a request with 1,000 Node objects is then not interrupted by hundreds of
   collections that scan the whole import graph (docs/benchmarks.md: p99 of 100 full Nodes from
@@ -33,8 +38,8 @@ from gunicorn import glogging
 from joulesched.contracts.runtime import JsonFormatter
 
 bind = os.environ.get("JOULESCHED_LISTEN", "0.0.0.0:8888")
-worker_class = "gthread"
-workers = 2
+worker_class = "joulesched.extender.worker.FrontBufferedWorker"
+workers = 1
 threads = 4
 timeout = 30
 graceful_timeout = 10

@@ -14,10 +14,12 @@ of label look-ups that a scheduling request should not wait for.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -71,6 +73,9 @@ class ExtenderMetrics:
             multiprocess_mode="mostrecent",
         )
         self.data_age = Gauge(m.EXT_DATA_AGE.name, m.EXT_DATA_AGE.help, registry=reg, multiprocess_mode="mostrecent")
+        self.profiles = Gauge(
+            m.EXT_PROFILES.name, m.EXT_PROFILES.help, list(m.EXT_PROFILES.labels), registry=reg, multiprocess_mode="mostrecent"
+        )
         self.predicted_pods = Gauge(
             m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="livesum"
         )
@@ -83,6 +88,15 @@ class ExtenderMetrics:
             return generate_latest(registry)
         assert self.registry is not None
         return generate_latest(self.registry)
+
+
+@dataclass(frozen=True)
+class ProfileStatus:
+    """What /readyz and the gauges say of the profile source."""
+
+    age_seconds: float  # since the source last answered
+    fresh: int
+    stale: int  # measured longer ago than max_age_seconds
 
 
 def _base(metric: m.Metric) -> str:
@@ -100,13 +114,22 @@ class NodeGaugeWriter:
     """
 
     NEW_PER_TICK = 256  # new nodes' series created per tick (about 35 µs each, in the multiprocess files)
+    EVICT_AFTER_SECONDS = 3600.0
 
-    def __init__(self, metrics: ExtenderMetrics, last: Callable[[], Decision | None], interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        metrics: ExtenderMetrics,
+        last: Callable[[], Decision | None],
+        interval: float = 1.0,
+        status: Callable[[], ProfileStatus | None] | None = None,
+    ) -> None:
         self.metrics = metrics
         self.last = last
+        self.status = status
         self.interval = interval
         self._seen: object = None
-        self._written: dict[str, list[Any]] = {}  # node -> [score child, watts child, score, watts]
+        self._written: dict[str, list[Any]] = {}  # node -> [score child, watts child, score, watts, last seen]
+        self._swept = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="node-gauges", daemon=True)
 
@@ -121,6 +144,12 @@ class NodeGaugeWriter:
             self.write_once()
 
     def write_once(self) -> None:
+        if self.status is not None:  # every tick, requests or not: a stalled source shows
+            status = self.status()
+            if status is not None:
+                self.metrics.data_age.set(status.age_seconds)
+                self.metrics.profiles.labels("fresh").set(status.fresh)
+                self.metrics.profiles.labels("stale").set(status.stale)
         decision = self.last()
         if decision is None or decision is self._seen:
             return
@@ -132,6 +161,7 @@ class NodeGaugeWriter:
         marginal = ev.marginal_watts.tolist()
         known = decision.rows.tolist()
         written = self._written
+        at = decision.at
         budget = self.NEW_PER_TICK
         for name, score, watts, row in zip(names, scores, marginal, known, strict=True):
             if row < 0:  # no profile: a name only the request knows makes no series (bounded cardinality)
@@ -149,12 +179,30 @@ class NodeGaugeWriter:
                     self.metrics.marginal_watts.labels(name),
                     None,
                     None,
+                    at,
                 ]
+            entry[4] = at
             if entry[2] != score:
                 entry[0].set(score)
                 entry[2] = score
             if watts == watts and abs(watts) != float("inf") and entry[3] != watts:  # finite
                 entry[1].set(watts)
                 entry[3] = watts
-        if snap.ready:
+        if snap.ready and self.status is None:
             self.metrics.data_age.set(max(0.0, decision.at - snap.loaded_at))
+        if at - self._swept >= 60.0:
+            self._swept = at
+            self.evict(at - self.EVICT_AFTER_SECONDS)
+
+    def evict(self, before: float) -> None:
+        """Drop the series of nodes in no decision since ``before`` (removed, renamed, replaced).
+
+        In multiprocess mode a series cannot be deleted from the worker's file: it is set to NaN
+        (a gap, not a stale score) and its entry there is reused if the node comes back.
+        """
+        for name in [n for n, entry in self._written.items() if entry[4] < before]:
+            entry = self._written.pop(name)
+            for metric, child in ((self.metrics.node_score, entry[0]), (self.metrics.marginal_watts, entry[1])):
+                child.set(math.nan)
+                if not self.metrics.multiprocess:
+                    metric.remove(name)

@@ -9,9 +9,12 @@ the first load of a ``file`` source, at start, where an operator sees them.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import os
+import socket
+import ssl
 import threading
 import time
 from collections import defaultdict
@@ -19,7 +22,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlencode, urlsplit
 
+import numpy as np
 import orjson
 import yaml
 from cachetools import TTLCache
@@ -49,6 +54,11 @@ class Snapshot:
     @property
     def ready(self) -> bool:
         return self.loaded_at > 0
+
+    def stale_count(self, now: float, max_age: float) -> int:
+        """Profiles measured longer than ``max_age`` ago (a static profile, with no time, never is)."""
+        with np.errstate(invalid="ignore"):
+            return int(np.count_nonzero(now - self.arrays.updated > max_age))
 
     @property
     def server_rows(self) -> Mapping[str, int]:
@@ -327,16 +337,10 @@ class PrometheusSource:
     name = "prometheus"
 
     def __init__(self, url: str, cache_seconds: float = 10.0, timeout_seconds: float = 2.0, clock: Clock = time.time) -> None:
-        from prometheus_api_client import PrometheusConnect
-
         self.url = url
         self.clock = clock
         self.errors = 0
-        from urllib3.util.retry import Retry
-
-        # No retries: a retry with back-off would hold a refresh for seconds; the next refresh
-        # is the retry.
-        self._client = PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0), timeout=timeout_seconds)
+        self._query = InstantQuery(url, timeout_seconds)
         self._timeout = timeout_seconds
         self._lock = threading.Lock()
         self._cache: TTLCache[str, Snapshot] = TTLCache(maxsize=1, ttl=max(cache_seconds, 1e-3), timer=clock)
@@ -373,13 +377,11 @@ class PrometheusSource:
     def _refresh(self) -> Snapshot:
         values_q, measured_q = profile_queries()
         try:
-            # Prometheus durations are integers with a unit: "2.0s" is a 400.
-            params = {"timeout": f"{max(1, round(self._timeout * 1000))}ms"}
-            values = self._client.custom_query(values_q, params=params, timeout=self._timeout)
-            measured = self._client.custom_query(measured_q, params=params, timeout=self._timeout)
+            values = self._query(values_q)
+            measured = self._query(measured_q)
             profiles, skipped, invalid = _profiles_from_samples(values, measured)
             owners = owner_cores_from_samples(values)
-        except Exception as err:  # the client raises many types; none may reach the scheduler
+        except Exception as err:  # none may reach the scheduler
             self.errors += 1
             log.warning("prometheus %s: keeping the last good profiles: %s", self.url, err)
             old = self._last
@@ -398,3 +400,70 @@ class PrometheusSource:
             profiles, NodeArrays.build(profiles.nodes), self.clock(), self._last.version + 1, "", owners, invalid
         )
         return self._last
+
+
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+
+
+class InstantQuery:
+    """``GET {url}/api/v1/query``, connect to last byte within ``timeout`` seconds in total.
+
+    A per-read socket timeout (what HTTP clients offer) never trips on a server that sends its
+    headers and then one byte a second; here a timer shuts the socket down at the deadline,
+    whatever phase the exchange is in (connect, TLS handshake, headers, body), so a refresh
+    always ends and the next one can run. Answers over ``MAX_ANSWER_BYTES`` are refused.
+    """
+
+    def __init__(self, url: str, timeout: float) -> None:
+        parts = urlsplit(url)
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self.https else 80)
+        self.path = parts.path.rstrip("/") + "/api/v1/query"
+        self.timeout = timeout
+        self._tls = ssl.create_default_context() if self.https else None
+
+    def __call__(self, promql: str) -> list[dict[str, Any]]:
+        # Prometheus durations are integers with a unit: "2.0s" is a 400.
+        query = urlencode({"query": promql, "timeout": f"{max(1, round(self.timeout * 1000))}ms"})
+        started = time.monotonic()
+        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        timer = threading.Timer(max(0.0, self.timeout - (time.monotonic() - started)), expire)
+        timer.daemon = True
+        timer.start()
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            conn.sock = self._tls.wrap_socket(sock, server_hostname=self.host) if self._tls else sock
+            conn.request("GET", f"{self.path}?{query}", headers={"Accept": "application/json"})
+            reply = conn.getresponse()
+            body = reply.read(MAX_ANSWER_BYTES + 1)
+            if len(body) > MAX_ANSWER_BYTES:
+                raise ValueError(f"answer over {MAX_ANSWER_BYTES} bytes")
+        except (OSError, http.client.HTTPException) as err:
+            if expired.is_set():
+                raise TimeoutError(f"no complete answer within {self.timeout:g} s") from err
+            raise
+        finally:
+            timer.cancel()
+            conn.close()
+            sock.close()
+        if expired.is_set():  # the shutdown landed after the last byte: still not in time
+            raise TimeoutError(f"no complete answer within {self.timeout:g} s")
+        if reply.status != 200:
+            raise ValueError(f"HTTP {reply.status}: {escape(body[:200].decode('utf-8', 'replace'))}")
+        doc = orjson.loads(body)
+        if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data"), dict):
+            raise ValueError(f"not a successful query answer: {escape(body[:200].decode('utf-8', 'replace'))}")
+        result = doc["data"].get("result")
+        if not isinstance(result, list):
+            raise ValueError("data.result is not a list")
+        return [r for r in result if isinstance(r, dict)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from typing import Any
 
@@ -99,7 +99,9 @@ class Extender:
         held_until = self._held_until(snap, pred_cores, pred_gpus)
         evaluation = evaluate(arrays, rows, demand, self.policy, now, pred_cores, pred_gpus, held_until)
         decision = Decision(args, demand, snap, rows, evaluation, now)
-        self.last = decision
+        # Kept until the next request: without the full Node objects, which would double the
+        # memory of the next Nodes-mode request (its objects and these, at once).
+        self.last = decision if args.nodes is None else replace(decision, args=replace(args, nodes=None))
         return decision
 
     def _held_until(self, snap: Snapshot, pred_cores: np.ndarray, pred_gpus: np.ndarray) -> np.ndarray | None:

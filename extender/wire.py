@@ -39,6 +39,11 @@ from joulesched.extender.errors import WireError
 
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
+# Four times the 5,000 nodes Kubernetes is tested to. A candidate costs a worker about 1 KB
+# while it is scored (docs/benchmarks.md, "Memory"), so this bounds a request at ~25 MB
+# whatever its bytes: 16 MiB of short names (1.2 million) would otherwise take gigabytes, and
+# four such requests at once (one per thread) must fit the pod's memory limit.
+MAX_NODES = 20_000
 
 
 class Encoded(bytes):
@@ -128,6 +133,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
             items = []
         if not isinstance(items, list):
             raise WireError(f"ExtenderArgs.Nodes.items: must be an array, got {_kind(items)}")
+        _check_count(len(items), "ExtenderArgs.Nodes.items")
         names: list[str] = []
         for i, node in enumerate(items):
             node = _object(node, f"ExtenderArgs.Nodes.items[{i}]")
@@ -140,6 +146,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
     if names_value is not None:
         if not isinstance(names_value, list):
             raise WireError(f"ExtenderArgs.NodeNames: must be an array of strings, got {_kind(names_value)}")
+        _check_count(len(names_value), "ExtenderArgs.NodeNames")
         if not set(map(type, names_value)) <= {str}:  # the common case in one C-level pass
             for i, name in enumerate(names_value):
                 if not isinstance(name, str):
@@ -148,6 +155,11 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
     raise WireError(
         "ExtenderArgs: one of NodeNames (nodeCacheCapable: true) or Nodes (nodeCacheCapable: false) is required"
     )
+
+
+def _check_count(count: int, where: str) -> None:
+    if count > MAX_NODES:
+        raise WireError(f"{where}: {count} nodes, more than the {MAX_NODES} a request may name")
 
 
 def filter_result(
@@ -217,7 +229,9 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
     meta_map = field(doc, "NodeNameToMetaVictims")
     full_map = field(doc, "NodeNameToVictims")
     if meta_map is not None:
-        for node, entry in _object(meta_map, "ExtenderPreemptionArgs.NodeNameToMetaVictims").items():
+        meta_map = _object(meta_map, "ExtenderPreemptionArgs.NodeNameToMetaVictims")
+        _check_count(len(meta_map), "ExtenderPreemptionArgs.NodeNameToMetaVictims")
+        for node, entry in meta_map.items():
             where = f"ExtenderPreemptionArgs.NodeNameToMetaVictims[{node}]"
             entry = _object(entry, where)
             pods = field(entry, "Pods") or []
@@ -231,7 +245,9 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
                 uids.append(uid)
             victims[node] = (uids, _violations(field(entry, "NumPDBViolations"), where))
     elif full_map is not None:
-        for node, entry in _object(full_map, "ExtenderPreemptionArgs.NodeNameToVictims").items():
+        full_map = _object(full_map, "ExtenderPreemptionArgs.NodeNameToVictims")
+        _check_count(len(full_map), "ExtenderPreemptionArgs.NodeNameToVictims")
+        for node, entry in full_map.items():
             where = f"ExtenderPreemptionArgs.NodeNameToVictims[{node}]"
             entry = _object(entry, where)
             pods = field(entry, "Pods") or []

@@ -19,6 +19,7 @@ import copy
 import http.client
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -92,7 +93,7 @@ def node_profile(name: str, curve: list[float], cores: float, **fields: Any) -> 
 
 
 class ExtenderProcess(ManagedProcess):
-    """``python -m joulesched extender`` on 127.0.0.1:``port`` (gunicorn, 2 workers by default).
+    """``python -m joulesched extender`` on 127.0.0.1:``port`` (gunicorn, the config's workers).
 
     ``profiles`` is the profile document (policy/profile.py) written to
     ``<workdir>/nodes.yaml``; ``config`` is merged over ``{"profiles": {"file": {"path":
@@ -101,7 +102,8 @@ class ExtenderProcess(ManagedProcess):
 
     def __init__(self, workdir: Path, profiles: Mapping[str, Any],
                  config: Mapping[str, Any] | None = None, *, port: int | None = None,
-                 name: str = "extender", wait: bool = True, timeout: float = 30):
+                 name: str = "extender", wait: bool = True, timeout: float = 30,
+                 tls: ssl.SSLContext | None = None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -122,7 +124,8 @@ class ExtenderProcess(ManagedProcess):
                 "--listen", f"127.0.0.1:{self.port}"]
         super().__init__(f"joulesched-extender[{name}:{self.port}]", argv,
                          self.workdir / f"{name}.log", env=env, cwd=REPO_ROOT)
-        self.url = f"http://127.0.0.1:{self.port}/scheduler"
+        self.tls = tls  # the test's client side of server.tls (probes: no client certificate)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/scheduler"
         if wait:
             try:
                 self.wait_ready(timeout)
@@ -132,8 +135,13 @@ class ExtenderProcess(ManagedProcess):
 
     # -- HTTP ---------------------------------------------------------------------------
 
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.tls is not None:
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.tls)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
     def _get(self, path: str) -> tuple[int, str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        conn = self._connection(5)
         try:
             conn.request("GET", path)
             r = conn.getresponse()
@@ -150,7 +158,7 @@ class ExtenderProcess(ManagedProcess):
         _wait_until(ready, timeout, what=f"{self.name} /readyz", proc=self, interval=0.1)
 
     def post(self, verb: str, body: Any) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn = self._connection(10)
         try:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             conn.request("POST", f"/scheduler/{verb}", data, {"Content-Type": "application/json"})

@@ -349,3 +349,52 @@ def test_node_gauges_are_written_only_for_profiled_nodes(make_app) -> None:  # t
     text = c.get("/metrics").data.decode()
     assert 'joulesched_extender_node_score{node="efficient"}' in text
     assert "made-up-" not in text
+
+
+def test_more_nodes_than_any_cluster_has_is_400_naming_the_limit(client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from joulesched.extender import wire
+
+    assert wire.MAX_NODES >= 20_000  # four times the 5,000 nodes Kubernetes is tested to
+    MAX_NODES = 100
+    monkeypatch.setattr(wire, "MAX_NODES", MAX_NODES)
+    names = [f"n{i}" for i in range(MAX_NODES + 1)]
+    for body, where in (
+        ({"Pod": make_pod(), "NodeNames": names}, "ExtenderArgs.NodeNames"),
+        ({"Pod": make_pod(), "Nodes": {"items": [{"metadata": {"name": n}} for n in names]}}, "ExtenderArgs.Nodes.items"),
+        ({"Pod": make_pod(), "NodeNameToMetaVictims": {n: {"Pods": []} for n in names}}, "NodeNameToMetaVictims"),
+    ):
+        verb = "preempt" if "NodeNameToMetaVictims" in body else "prioritize"
+        status, reply = post(client, verb, body)
+        assert status == 400 and where in reply["Error"] and f"more than the {MAX_NODES}" in reply["Error"]
+    status, _ = post(client, "prioritize", {"Pod": make_pod(), "NodeNames": names[:MAX_NODES]})
+    assert status == 200
+
+
+def test_the_kept_decision_does_not_hold_the_request_s_node_objects(make_app) -> None:  # type: ignore[no-untyped-def]
+    app, _ = make_app()
+    c = app.test_client()
+    status, _ = post(c, "filter", {"Pod": make_pod(), "Nodes": {"items": [make_node("efficient"), make_node("hungry")]}})
+    last = app.extensions["joulesched"]["extender"].last
+    assert status == 200 and last.args.nodes is None and last.args.node_names == ["efficient", "hungry"]
+
+
+def test_node_series_of_nodes_gone_for_an_hour_are_evicted(make_app) -> None:  # type: ignore[no-untyped-def]
+    from tests.support import Clock
+
+    clock = Clock()
+    app, _ = make_app(clock=clock)
+    c = app.test_client()
+    gauges = app.extensions["joulesched"]["gauges"]
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["efficient", "hungry"]})[0] == 200
+    gauges.write_once()
+    assert 'node_score{node="hungry"}' in c.get("/metrics").data.decode()
+    clock.tick(1800)
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["efficient"]})[0] == 200
+    gauges.write_once()
+    assert 'node_score{node="hungry"}' in c.get("/metrics").data.decode()  # half an hour: kept
+    clock.tick(1900)
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["efficient"]})[0] == 200
+    gauges.write_once()
+    text = c.get("/metrics").data.decode()
+    assert 'node_score{node="efficient"}' in text
+    assert 'node="hungry"' not in text

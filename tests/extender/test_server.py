@@ -15,7 +15,7 @@ import orjson
 import pytest
 import yaml
 
-from joulesched.extender.demo import free_port, wait_ready
+from joulesched.extender.demo import free_port, stop, wait_ready
 from tests.extender.support import PROFILES, make_pod
 
 
@@ -35,12 +35,7 @@ def server(tmp_path: Path) -> Iterator[int]:
         yield port
     finally:
         log.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def test_one_kept_alive_connection_serves_many_requests_without_delayed_ack_stalls(server: int) -> None:

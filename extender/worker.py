@@ -1,0 +1,437 @@
+"""The extender's gunicorn worker: ``gthread``, but a pool thread only ever sees a whole request.
+
+gunicorn's ``gthread`` worker hands a connection to a pool thread as soon as it has a byte to
+read (or after 5 s with none), and that thread then blocks until the client has sent the whole
+request. Idle sockets renewed every few seconds, a client sending one header line a second, a
+``Content-Length`` larger than what follows, or a chunk size of ``ffffffffffffffffff`` each hold
+one of the few threads, and kube-scheduler's calls queue behind them past their 1 s timeout
+(docs/benchmarks.md, "Starvation").
+
+:class:`FrontBufferedWorker` reads every request in the worker's event loop instead, without
+blocking: the head, then ``Content-Length`` bytes of body, all within
+``server.request_timeout_seconds`` of the connection's first byte (or of its acceptance).
+Only then does a pool thread get it, with the body already in memory, so a thread waits on the
+CPU and never on a client. Slow, idle and lying clients cost a file descriptor each until their
+deadline, not a thread. The rules, each answered with a JSON error and counted in
+``joulesched_extender_failures_total{verb="http"}``:
+
+* a request not read in full by its deadline: 408, connection closed;
+* a head over 64 KiB: 431; ``Transfer-Encoding`` (chunked bodies; kube-scheduler always sends
+  ``Content-Length``): 411;
+* a ``Content-Length`` over ``max_request_bytes``: handed on unread, so the app answers 413, and
+  the connection is closed (``Connection: close``) instead of its body being drained;
+* bodies being read or served hold at most two ``max_request_bytes`` per worker: a connection
+  that would exceed that gets 503 and is closed, so memory is bounded whatever the number of
+  clients (docs/benchmarks.md, "Memory").
+
+Replies are written by the pool thread with a socket timeout of the same deadline, so a client
+that does not read its reply holds a thread that long at most. Closing a connection lingers on
+it (to drain what the client still sends, RFC 9112 section 9.6) in the event loop, not in a
+blocking call. TLS (``server.tls``: gunicorn's ``certfile``, ``keyfile``, ``ca_certs``) is
+handshaken in the event loop too; with ``server.tls.client_ca_file`` a request other than a GET
+of /healthz, /readyz or /metrics without a verified client certificate gets 403 (the
+handshake asks for one but lets the kubelet's probes in without).
+"""
+
+from __future__ import annotations
+
+import errno
+import selectors
+import socket
+import ssl
+import time
+from functools import partial
+from typing import Any
+
+import orjson
+from gunicorn import http, sock, util
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+from joulesched.extender.config import ExtenderConfig
+
+MAX_HEAD_BYTES = 64 * 1024
+LINGER_SECONDS = 2.0
+_REASONS = {
+    403: "Forbidden",
+    408: "Request Timeout",
+    411: "Length Required",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
+
+
+class FrontBody:
+    """``wsgi.input`` over a body read before the request reached its thread.
+
+    A whole read returns the buffer itself (a ``bytearray``, which orjson and the app take as
+    they take ``bytes``): a body is in memory once, not once per layer.
+    """
+
+    failed = False
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self._data = data
+        self._pos = 0
+
+    def read(self, size: int | None = None) -> bytes | bytearray:
+        data, pos = self._data, self._pos
+        if size is None or size < 0 or size >= len(data) - pos:
+            self._pos = 0
+            self._data = b""
+            return data if pos == 0 else data[pos:]
+        self._pos = pos + size
+        return data[pos : pos + size]
+
+    def readline(self, size: int | None = None) -> bytes | bytearray:
+        data, pos = self._data, self._pos
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end + 1
+        if size is not None and 0 <= size < end - pos:
+            end = pos + size
+        self._pos = end
+        return data[pos:end]
+
+    def readlines(self, hint: int | None = None) -> list[bytes | bytearray]:
+        lines = []
+        while line := self.readline():
+            lines.append(line)
+        return lines
+
+    def __iter__(self) -> Any:
+        return iter(self.readlines())
+
+
+class FrontConn(TConn):  # type: ignore[misc]
+    """A connection and the request being read into it."""
+
+    def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any) -> None:
+        super().__init__(cfg, sock, client, server)
+        self.buf = bytearray()
+        self.deadline = 0.0
+        self.head: bytes | None = None  # the request head, once complete
+        self.need = 0  # bytes of the buffer the whole request takes (head + body)
+        self.body: bytearray | None = None
+        self.oversize = False
+        self.sent_continue = False
+        self.held = 0  # this connection's share of FrontBufferedWorker.inflight
+        self.handshaken = not isinstance(sock, ssl.SSLSocket)
+        self.verified = False  # a client certificate signed by the configured CA was presented
+
+
+class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
+    def init_process(self) -> None:
+        self.reading: set[FrontConn] = set()
+        self.lingering: dict[FrontConn, float] = {}
+        self.buffered = 0  # bytes of requests being read
+        self.inflight = 0  # bytes of bodies handed to threads and not yet answered
+        self._ssl_context: ssl.SSLContext | None = None
+        super().init_process()
+
+    def run(self) -> None:
+        extension = getattr(self.wsgi, "extensions", {}).get("joulesched", {})
+        config = extension.get("config") or ExtenderConfig()
+        self.max_body = config.max_request_bytes
+        self.request_timeout = config.server.request_timeout_seconds
+        self.require_client_cert = bool(config.server.tls_client_ca_file) and self.cfg.is_ssl
+        self.budget = 2 * self.max_body
+        self.endpoint = extension.get("endpoint")
+        super().run()
+
+    # -- accepting and reading, in the event loop ---------------------------------------------
+
+    def accept(self, listener: socket.socket) -> None:
+        try:
+            client, addr = listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        client.setblocking(False)
+        if self.cfg.is_ssl:
+            try:
+                client = self._ssl().wrap_socket(
+                    client,
+                    server_side=True,
+                    do_handshake_on_connect=False,
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs,
+                )
+            except (OSError, ssl.SSLError):
+                self.nr_conns -= 1
+                util.close(client)
+                return
+        conn = FrontConn(self.cfg, client, addr, listener.getsockname())
+        self._start_reading(conn, bytearray())
+
+    def _ssl(self) -> ssl.SSLContext:
+        if self._ssl_context is None:  # gunicorn builds one per connection, re-reading the certificates
+            self._ssl_context = sock.ssl_context(self.cfg)
+        return self._ssl_context
+
+    def _start_reading(self, conn: FrontConn, data: bytearray) -> None:
+        conn.buf = data
+        conn.head = None
+        conn.body = None
+        conn.need = 0
+        conn.oversize = False
+        conn.sent_continue = False
+        conn.deadline = time.monotonic() + self.request_timeout
+        self.buffered += len(data)
+        self.reading.add(conn)
+        if data and self._parse(conn):
+            return
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
+
+    def on_client_socket_readable(self, conn: FrontConn, client: socket.socket) -> None:
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        self._start_reading(conn, bytearray())
+
+    def _on_readable(self, conn: FrontConn, _sock: Any) -> None:
+        s = conn.sock
+        try:
+            if not conn.handshaken:
+                s.do_handshake()
+                conn.handshaken = True
+                conn.verified = bool(s.getpeercert())
+            while True:
+                chunk = s.recv(262144)
+                if not chunk:
+                    self._drop(conn)
+                    return
+                conn.buf += chunk
+                self.buffered += len(chunk)
+                if self.buffered + self.inflight > self.budget:
+                    self._reject(conn, 503, "busy", "the extender is reading too many large requests at once; retry")
+                    return
+                if len(chunk) < 262144 and not isinstance(s, ssl.SSLSocket):
+                    break
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+            pass
+        except (OSError, ssl.SSLError):
+            self._drop(conn)
+            return
+        self._parse(conn)
+
+    def _parse(self, conn: FrontConn) -> bool:
+        """Hand the request on once it is complete; True when it left the reading set."""
+        buf = conn.buf
+        if conn.head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    self._reject(conn, 431, "head_too_large", f"request head over {MAX_HEAD_BYTES} bytes")
+                    return True
+                return False
+            conn.head = bytes(buf[: end + 4])
+            if self.require_client_cert and not conn.verified and not _open_to_all(conn.head):
+                message = "a client certificate signed by server.tls.client_ca_file is required"
+                self._reject(conn, 403, "no_client_certificate", message)
+                return True
+            length, problem = _body_length(conn.head)
+            if problem:
+                status, reason, message = problem
+                self._reject(conn, status, reason, message)
+                return True
+            if length is None:  # a malformed head: gunicorn's parser answers it
+                conn.need = len(conn.head)
+            elif length > self.max_body:
+                conn.oversize = True
+                conn.need = len(conn.head)
+            else:
+                conn.need = len(conn.head) + length
+                if length and len(buf) < conn.need and b"100-continue" in conn.head.lower():
+                    conn.sent_continue = True
+                    try:
+                        conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    except (OSError, ssl.SSLError):
+                        pass
+        if len(buf) < conn.need:
+            return False
+        self._hand_over(conn)
+        return True
+
+    def _hand_over(self, conn: FrontConn) -> None:
+        self._stop_reading(conn)
+        buf = conn.buf
+        conn.buf = bytearray()
+        head = conn.head or b""
+        rest = b""
+        if conn.oversize:
+            rest = bytes(buf[len(head) :])
+        elif len(buf) > conn.need:  # pipelined: the next request's bytes stay for later
+            rest = bytes(buf[conn.need :])
+            del buf[conn.need :]
+        if not conn.oversize and conn.need > len(head):
+            del buf[: len(head)]  # in place: the body is the buffer itself, never a second copy
+            conn.body = buf
+            conn.held = len(buf)
+            self.inflight += conn.held
+        if conn.parser is None:
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
+            conn.initialized = True
+        # The parser reads the head from here; a pipelined next request stays buffered behind it
+        # (an oversize request's partial body goes back in front of the socket for gunicorn).
+        conn.parser.unreader.unread(head + (rest if conn.oversize else b""))
+        conn.pipelined = b"" if conn.oversize else rest
+        conn.sock.setblocking(True)
+        self.enqueue_req(conn)
+
+    def _stop_reading(self, conn: FrontConn) -> None:
+        if conn in self.reading:
+            self.reading.discard(conn)
+            self.buffered -= len(conn.buf)
+            try:
+                self.poller.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+
+    def _reject(self, conn: FrontConn, status: int, reason: str, message: str) -> None:
+        self._stop_reading(conn)
+        body = orjson.dumps({"Error": message})
+        if self.endpoint is not None:
+            _, body = self.endpoint.fail("http", status, reason, message)
+        head = f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        try:
+            conn.sock.send(head.encode() + body)  # best effort: never wait on this client
+        except (OSError, ssl.SSLError):
+            pass
+        self._linger(conn)
+
+    def _drop(self, conn: FrontConn) -> None:
+        self._stop_reading(conn)
+        self.nr_conns -= 1
+        conn.close()
+
+    def _linger(self, conn: FrontConn) -> None:
+        """Half-close and drain without blocking, then close (at most LINGER_SECONDS)."""
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.shutdown(socket.SHUT_WR)
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_lingering, conn))
+        except (OSError, ValueError, KeyError):
+            self.nr_conns -= 1
+            conn.close()
+            return
+        self.lingering[conn] = time.monotonic() + LINGER_SECONDS
+
+    def _on_lingering(self, conn: FrontConn, _sock: Any) -> None:
+        try:
+            if conn.sock.recv(65536):
+                return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+            return
+        except (OSError, ssl.SSLError):
+            pass
+        self._end_linger(conn)
+
+    def _end_linger(self, conn: FrontConn) -> None:
+        if self.lingering.pop(conn, None) is None:
+            return
+        try:
+            self.poller.unregister(conn.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        self.nr_conns -= 1
+        conn.close()
+
+    def murder_pending(self) -> None:
+        super().murder_pending()
+        now = time.monotonic()
+        for conn in [c for c in self.reading if c.deadline <= now]:
+            if conn.buf:
+                self._reject(
+                    conn, 408, "read_timeout", f"request not received in full within {self.request_timeout:g} s"
+                )
+            else:
+                self._drop(conn)
+        for conn in [c for c, deadline in self.lingering.items() if deadline <= now]:
+            self._end_linger(conn)
+
+    # -- serving, in a pool thread ------------------------------------------------------------
+
+    def handle(self, conn: FrontConn) -> Any:
+        req = None
+        try:
+            conn.sock.settimeout(self.request_timeout)
+            req = next(conn.parser)
+            if not req:
+                return False
+            if conn.body is not None:
+                req.body = FrontBody(conn.body)
+                conn.body = None
+            if conn.sent_continue:
+                req._expected_100_continue = False
+            if conn.oversize:
+                req.must_close = True  # its body is not read: the reply says Connection: close
+            return self.handle_request(req, conn) and not conn.oversize
+        except http.errors.NoMoreData as e:
+            self.log.debug("Ignored premature client disconnection. %s", e)
+        except StopIteration as e:
+            self.log.debug("Closing connection. %s", e)
+        except (TimeoutError, ssl.SSLError) as e:
+            self.log.debug("Closing connection: %s", e)
+        except OSError as e:
+            if e.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.exception("Socket error processing request.")
+        except Exception as e:
+            self.handle_error(req, conn.sock, conn.client, e)
+        return False
+
+    def finish_request(self, conn: FrontConn, fs: Any) -> None:
+        self.inflight -= conn.held
+        conn.held = 0
+        try:
+            keep = fs.result() if not fs.cancelled() else False
+        except Exception:
+            keep = False
+        try:
+            if keep and self.alive:
+                pipelined = getattr(conn, "pipelined", b"")
+                conn.pipelined = b""
+                conn.sock.setblocking(False)
+                if pipelined:
+                    self._start_reading(conn, bytearray(pipelined))
+                    return
+                conn.set_timeout()
+                self.keepalived_conns.append(conn)
+                self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
+            else:
+                self._linger(conn)
+        except Exception:
+            self.nr_conns -= 1
+            conn.close()
+
+
+_OPEN_PATHS = (b"/healthz", b"/readyz", b"/metrics")
+
+
+def _open_to_all(head: bytes) -> bool:
+    """GET of a probe or of the metrics: served without a client certificate (kubelet, Prometheus)."""
+    method, _, rest = head.partition(b" ")
+    target = rest.partition(b" ")[0].partition(b"?")[0]
+    return method in (b"GET", b"HEAD") and target in _OPEN_PATHS
+
+
+def _body_length(head: bytes) -> tuple[int | None, tuple[int, str, str] | None]:
+    """The body length a request head announces (None: malformed, left to gunicorn's parser)."""
+    length: int | None = 0
+    seen = False
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        name = name.strip().lower()
+        if name == b"transfer-encoding":
+            return None, (
+                411,
+                "length_required",
+                "Transfer-Encoding is not accepted: send the body with Content-Length",
+            )
+        if name == b"content-length":
+            value = value.strip()
+            if seen or not value.isdigit():
+                return None, None
+            seen = True
+            length = int(value) if len(value) <= 18 else 10**18  # int() refuses 4,300 digits and more
+    return length, None

@@ -1,0 +1,177 @@
+"""The extender's gunicorn worker (extender/worker.py): idle, slow and lying clients hold no thread.
+
+The server here has one worker with ONE thread: under gunicorn's ``gthread`` any of the
+attackers below would hold that thread and the kept-alive client would get no answer at all.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from joulesched.extender.demo import free_port, start_extender, stop, wait_ready
+from joulesched.extender.worker import FrontBody, _body_length
+from tests.extender.support import PROFILES, make_pod
+
+BODY = orjson.dumps({"Pod": make_pod(), "NodeNames": ["efficient", "hungry", "capped"]})
+
+
+def start(
+    tmp_path: Path, server: dict[str, object], max_request_bytes: int = 1 << 20
+) -> tuple[subprocess.Popen[bytes], int]:
+    (tmp_path / "nodes.yaml").write_text(yaml.safe_dump(PROFILES))
+    config = {"profiles": {"file": {"path": "nodes.yaml"}}, "max_request_bytes": max_request_bytes, "server": server}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = start_extender(tmp_path / "config.yaml", port, tmp_path / "extender.log")
+    wait_ready(port, proc)
+    return proc, port
+
+
+@pytest.fixture
+def one_thread(tmp_path: Path) -> Iterator[int]:
+    proc, port = start(tmp_path, {"workers": 1, "threads": 1, "request_timeout_seconds": 1.5})
+    try:
+        yield port
+    finally:
+        stop(proc)
+
+
+def raw(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``data`` and read until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return reply
+
+
+def prioritize(conn: http.client.HTTPConnection) -> int:
+    conn.request("POST", "/scheduler/prioritize", BODY, {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    assert orjson.loads(reply.read())[0]["Host"] == "efficient"
+    return reply.status
+
+
+def test_idle_slow_and_lying_clients_do_not_hold_the_only_thread(one_thread: int) -> None:
+    port = one_thread
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]  # idle
+    head = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\n"
+    for s in held[:2]:
+        s.sendall(head)  # slowloris: a head that never ends
+    held[2].sendall(head + b"Content-Length: 100000\r\n\r\n{")  # a body that never comes
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        for _ in range(10):
+            for s in held[:3]:
+                s.sendall(b"X")
+            assert prioritize(conn) == 200
+    finally:
+        conn.close()
+        for s in held:
+            s.close()
+
+
+def test_a_body_that_never_arrives_gets_a_counted_json_408_and_the_connection_closed(one_thread: int) -> None:
+    started = time.monotonic()
+    reply = raw(one_thread, b'POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{"Pod"')
+    assert time.monotonic() - started >= 1.4
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ") and b"Connection: close" in head
+    assert "within 1.5 s" in orjson.loads(body)["Error"]
+    conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    assert re.search(r'joulesched_extender_failures_total\{reason="read_timeout",verb="http"\} 1\.0', text), text
+
+
+def test_chunked_bodies_get_411_and_a_long_head_431(one_thread: int) -> None:
+    reply = raw(
+        one_thread,
+        b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+    )
+    assert (
+        reply.startswith(b"HTTP/1.1 411 ")
+        and "Content-Length" in orjson.loads(reply.partition(b"\r\n\r\n")[2])["Error"]
+    )
+    reply = raw(one_thread, b"POST /scheduler/filter HTTP/1.1\r\n" + b"X-a: b\r\n" * 10_000)
+    assert reply.startswith(b"HTTP/1.1 431 ")
+
+
+def test_an_oversize_body_is_refused_unread_with_connection_close(one_thread: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
+    conn.putrequest("POST", "/scheduler/filter")
+    conn.putheader("Content-Length", str(2 << 20))
+    conn.endheaders()
+    reply = conn.getresponse()
+    assert reply.status == 413 and reply.getheader("Connection") == "close"
+    assert "max_request_bytes" in orjson.loads(reply.read())["Error"]
+    conn.close()
+
+
+def test_pipelined_and_expect_continue_requests_are_answered(one_thread: int) -> None:
+    one = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+    with socket.create_connection(("127.0.0.1", one_thread), timeout=5) as s:
+        s.sendall(one + one)
+        got = b""
+        while got.count(b"efficient") < 2:
+            got += s.recv(65536)
+        assert got.count(b"HTTP/1.1 200 ") == 2
+        s.sendall(
+            b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+            % len(BODY)
+        )
+        assert s.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(BODY)
+        got = b""
+        while b"efficient" not in got:
+            got += s.recv(65536)
+        assert got.startswith(b"HTTP/1.1 200 ") and b"100 Continue" not in got
+
+
+def test_body_length_rules() -> None:
+    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n") == (12, None)
+    assert _body_length(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n") == (0, None)
+    assert _body_length(b"POST / HTTP/1.1\r\ncontent-length: 1\r\nContent-Length: 1\r\n\r\n") == (None, None)
+    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n") == (None, None)
+    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n")[0] == 10**18
+    assert _body_length(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[1][0] == 411  # type: ignore[index]
+
+
+def test_front_body_reads() -> None:
+    data = b"line one\nline two\nrest"
+    body = FrontBody(data)
+    assert body.read(4) == b"line" and body.readline() == b" one\n" and body.readlines() == [b"line two\n", b"rest"]
+    whole = FrontBody(data)
+    assert whole.read(10_000) is data and whole.read() == b""
+
+
+def test_bodies_past_two_max_request_bytes_at_once_get_503(tmp_path: Path) -> None:
+    proc, port = start(tmp_path, {"workers": 1, "threads": 1}, max_request_bytes=1024)
+    try:
+        body = BODY + b" " * (1024 - len(BODY))  # JSON with trailing blanks: exactly the limit
+        head = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n"
+        first = socket.create_connection(("127.0.0.1", port), timeout=10)
+        first.sendall(head + body[:1000])  # held: 24 bytes short
+        time.sleep(0.3)
+        reply = raw(port, head + body[:1000])  # the second pushes the worker past 2 x 1024
+        assert reply.startswith(b"HTTP/1.1 503 ") and "retry" in orjson.loads(reply.partition(b"\r\n\r\n")[2])["Error"]
+        first.sendall(body[1000:])
+        got = b""
+        while b"efficient" not in got:
+            got += first.recv(65536)
+        assert got.startswith(b"HTTP/1.1 200 ")
+        first.close()
+    finally:
+        stop(proc)
