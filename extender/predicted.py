@@ -195,7 +195,24 @@ class Occupancy:
 
     def set(self, uid: str, node: str, until: float) -> None:
         with self._lock:
+            old = self._ends.get(uid)
+            if old == (node, until):
+                return  # every status update of a bound pod comes here: nothing changed
             self._ends[uid] = (node, until)
+            cached = self._cached
+            if old is None and cached is not None and cached[0] == self._version and self._synced:
+                # A newly bound pod can only raise its row's held_until: update a copy in
+                # place of a pass over every pod of the cluster, once per binding of a burst.
+                _, index, held = cached
+                assert isinstance(index, Mapping)
+                self._version += 1
+                row = index.get(node)
+                if row is not None and until > held[row]:
+                    held = held.copy()
+                    held[row] = until
+                    held.setflags(write=False)
+                self._cached = (self._version, index, held)
+                return
             self._version += 1
 
     def forget(self, uid: str) -> None:
