@@ -22,7 +22,8 @@ API client holds its binding writes to ``clientConnection.qps`` (50). Filtering 
 nodes instead of scoring them 0 changed nothing while the ledger is that late. The bind verb
 (``bindVerb: bind``) brought the lag to 0.05 s median, 0.2 s p90, but kube-scheduler then
 spread filter and prioritize over both gunicorn workers (80 requests each), each with half
-the ledger, and the burst still saturated 8-13 nodes.
+the ledger, and the burst still saturated 8-13 nodes; with the bind verb and one worker (one
+ledger) it saturated 10 or more, the binding recorded only after the extender's own API call.
 """
 
 from __future__ import annotations
