@@ -114,3 +114,26 @@ def test_the_extender_opens_an_empty_node_only_when_nothing_held_is_cheaper(tmp_
     assert scores() == {"epyc": 0, "xeon": 10}
     watch.handle("DELETED", running)
     assert scores() == {"epyc": 10, "xeon": 0}
+
+
+def test_occupancy_kept_current_per_binding_equals_a_full_pass() -> None:
+    import random
+
+    rng = random.Random(3)
+    index = {"a": 0, "b": 1, "c": 2, "a-alias": 0}  # two node names on one physical server
+    occ = Occupancy()
+    occ.replace({"p0": ("b", 100.0)})
+    for step in range(2000):
+        uid = f"p{rng.randrange(40)}"
+        if rng.random() < 0.7:
+            occ.set(uid, rng.choice(["a", "b", "c", "a-alias", "elsewhere"]), rng.choice([10.0, 500.0, math.inf]))
+        else:
+            occ.forget(uid)
+        held = occ.per_row(index, 3)
+        want = [0.0, 0.0, 0.0]
+        for node, until in occ._ends.values():
+            row = index.get(node)
+            if row is not None:
+                want[row] = max(want[row], until)
+        assert held.tolist() == want, step
+        assert not held.flags.writeable

@@ -132,6 +132,21 @@ def test_bind_reports_api_failures_in_error_and_records_the_placement(make_app) 
     assert len(calls) == 2
 
 
+def test_a_bind_after_the_next_pods_request_moves_the_load_to_the_real_node(make_app) -> None:  # type: ignore[no-untyped-def]
+    # kube-scheduler binds asynchronously: by the time pod a's bind arrives, pod b has been
+    # scored. The bind names only the node; a's demand comes from its top choice, not from b.
+    app, _ = make_app()
+    ext = app.extensions["joulesched"]["extender"]
+    ext.binder = lambda b: None
+    c = app.test_client()
+    post(c, "prioritize", args("names", ["efficient", "hungry"], make_pod("16", uid="a", name="a")))
+    assert ext.predicted.placement("a").node == "efficient"
+    post(c, "prioritize", args("names", ["efficient", "hungry"], make_pod("2", uid="b", name="b")))
+    assert post(c, "bind", {"PodName": "a", "PodNamespace": "default", "PodUID": "a", "Node": "hungry"}) == (200, {"Error": ""})
+    placed = ext.predicted.placement("a")
+    assert (placed.node, placed.cores, placed.confirmed) == ("hungry", 16.0, True)
+
+
 def test_a_burst_spreads_by_predicted_load_instead_of_herding(make_app) -> None:  # type: ignore[no-untyped-def]
     app, _ = make_app()
     c = app.test_client()

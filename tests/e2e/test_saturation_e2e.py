@@ -1,0 +1,100 @@
+"""A burst through the real kube-scheduler at 100 nodes (names mode) saturates no node.
+
+100 small nodes (8 cores) whose measured utilisation ranges from 20 % to 65 %, and a burst of
+160 one-CPU pods: room enough on the whole (about 460 cores free) but not on the cheapest
+nodes, which kube-scheduler's resource fit would fill to their 8 allocatable CPUs, up to 165 %
+of their cores once the measured load is counted. ``policy.avoid_saturation`` scores a node the
+next pod would saturate 0; it can only do so if the extender's predicted load knows where the
+previous pods went. kube-scheduler chooses among the nodes the extender scores equally by its
+own plugins (deploy/'s MostAllocated packs onto the fullest), so the extender's own top choice
+is often not the node the pod lands on: only the real bindings keep the ledger right.
+
+Scheduler and extender run deploy/'s configurations, with only the URLs and the profile source
+replaced.
+
+It fails today (expected to, strictly: a pass means the mark must go). Measured against
+kube-scheduler v1.37.2 on a loaded 2-core machine, each burst left 8-14 nodes past their cores,
+with deploy/'s MostAllocated and with kube-scheduler's default scoring alike. Logging the
+ledger (default scoring) showed why: of 141 placements the serving worker learnt from the pod
+watch, 79 were on another node than the extender's top choice, and the watch saw each binding
+0.29 s (median; 0.55 s p90) after the choice, 20-40 pods later, because kube-scheduler's own
+API client holds its binding writes to ``clientConnection.qps`` (50). Filtering the saturating
+nodes instead of scoring them 0 changed nothing while the ledger is that late. The bind verb
+(``bindVerb: bind``) brought the lag to 0.05 s median, 0.2 s p90, but kube-scheduler then
+spread filter and prioritize over both gunicorn workers (80 requests each), each with half
+the ledger, and the burst still saturated 8-13 nodes; with the bind verb and one worker (one
+ledger) it saturated 10 or more, the binding recorded only after the extender's own API call.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import uuid
+
+import pytest
+from e2e_extender import EFFICIENT_CURVE, deploy_extender_config, deploy_scheduler_config, node_profile, wait_all_bound
+
+NODES = 100
+CORES = 8
+PODS = 160
+
+
+def base_utilisation(i: int) -> float:
+    return 0.20 + 0.05 * (i % 10)
+
+
+def scheduler_config(name: str, url: str) -> dict:
+    config = copy.deepcopy(deploy_scheduler_config())
+    for key in ("leaderElection", "apiVersion", "kind"):
+        config.pop(key, None)
+    (profile,) = config["profiles"]
+    profile["schedulerName"] = name
+    (entry,) = config["extenders"]
+    entry["urlPrefix"] = url
+    return config
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="issue 16 item 4: the ledger learns kube-scheduler's choice too late (its bindings are "
+    "throttled to clientConnection.qps 50; about half its choices differ from the extender's top "
+    "choice among equal scores), so 8-14 nodes end at 102-165 % of their cores",
+)
+def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace):
+    cp = control_plane
+    tag = uuid.uuid4().hex[:6]
+    selector = {"e2e-test": f"sat-{tag}"}
+    names = [f"sat-{tag}-{i:03d}" for i in range(NODES)]
+    profiles = {
+        "sites": {"dc": {"pue": 1.2, "carbon_intensity": 300}},
+        "nodes": [
+            node_profile(n, EFFICIENT_CURVE, CORES, site="dc", utilisation=base_utilisation(i))
+            for i, n in enumerate(names)
+        ],
+    }
+    ext = extender_factory(profiles, deploy_extender_config(cp.kubeconfig))
+    for n in names:
+        cp.create_node(n, cpu=str(CORES), memory="64Gi", pods=110, labels=selector)
+    name = f"sat-{tag}"
+    pods = [f"{name}-{i:03d}" for i in range(PODS)]
+    try:
+        for p in pods:
+            cp.create_pod(p, e2e_namespace, scheduler_name=name, cpu="1", memory="128Mi", node_selector=selector)
+        scheduler_factory(scheduler_config(name, ext.url), name=name)
+        placed = wait_all_bound(cp, e2e_namespace, pods, timeout=60)
+    finally:
+        cp.delete_all_pods(e2e_namespace)
+        for n in names:
+            cp.delete_node(n)
+    count = collections.Counter(placed.values())
+    projected = {n: base_utilisation(i) + count.get(n, 0) / CORES for i, n in enumerate(names)}
+    over = {n: round(u, 3) for n, u in projected.items() if u > 1.0 + 1e-9}
+    used = sum(1 for n in names if count.get(n))
+    print(
+        f"{PODS} pods on {used} of {NODES} nodes; over 100 % of their cores: {over or 'none'}; "
+        f"highest {max(projected.values()):.3f}"
+    )
+    assert ext.failures() == 0, ext.samples()
+    assert not over, f"{len(over)} nodes past their cores: {over}"

@@ -1,0 +1,85 @@
+"""The predicted-load ledger kept current record by record equals summing it from scratch."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from joulesched.extender.predicted import PredictedLoad
+
+NODES = ["a", "b", "c", "d"]
+
+
+def from_scratch(ledger: PredictedLoad, index: dict[str, int], updated: np.ndarray, now: float) -> tuple[list, list]:
+    cores, gpus = [0.0] * len(updated), [0.0] * len(updated)
+    for p in ledger._pods.values():
+        row = index.get(p.node)
+        if (
+            row is None
+            or now - p.at > ledger.ttl
+            or (not np.isnan(updated[row]) and updated[row] >= p.at + ledger.settle)
+        ):
+            continue
+        cores[row] += p.cores
+        gpus[row] += p.gpus
+    return cores, gpus
+
+
+def test_incremental_arrays_match_a_full_pass_through_records_moves_forgets_and_expiry() -> None:
+    rng = random.Random(7)
+    index = {n: i for i, n in enumerate(NODES[:3])}  # "d" has no profile row
+    updated = np.array([0.0, np.nan, 0.0])
+    ledger = PredictedLoad(ttl_seconds=30, settle_seconds=5)
+    now = 1000.0
+    for step in range(3000):
+        action = rng.random()
+        uid = f"u{rng.randrange(60)}"
+        if action < 0.6:
+            cores = rng.choice([0.0, 0.1, 0.25, 1.0, 16.0])
+            ledger.record(uid, rng.choice(NODES), cores, float(rng.randrange(2)), now, confirmed=rng.random() < 0.3)
+        elif action < 0.75:
+            ledger.forget(uid)
+        elif action < 0.97:
+            now += rng.random() * 3
+        else:  # new measurements: a new array, as a profile reload makes
+            updated = np.array([now - rng.random() * 20, np.nan, now - 50])
+        cores, gpus = ledger.per_row(index, updated, now)
+        want_cores, want_gpus = from_scratch(ledger, index, updated, now)
+        assert np.allclose(cores, want_cores, atol=1e-9), step
+        assert np.allclose(gpus, want_gpus, atol=1e-9), step
+        # a row with nothing on it is exactly empty, never a float residue
+        for row, value in enumerate(want_cores):
+            if not any(index.get(p.node) == row for p in ledger._pods.values()):
+                assert cores[row] == 0.0 and gpus[row] == 0.0, step
+                assert value == 0.0
+
+
+def test_a_row_is_exactly_empty_once_its_placements_leave() -> None:
+    index, updated = {"a": 0}, np.array([np.nan])
+    ledger = PredictedLoad(300, 45)
+    ledger.per_row(index, updated, 0.0)
+    ledger.record("x", "a", 0.1, 0, 0.0, confirmed=True)
+    ledger.record("y", "a", 0.2, 0, 0.0, confirmed=True)
+    assert ledger.per_row(index, updated, 1.0)[0][0] == 0.1 + 0.2
+    ledger.forget("x")
+    ledger.forget("y")
+    cores, _ = ledger.per_row(index, updated, 2.0)
+    assert cores[0] == 0.0 and not cores[0] > 0
+    ledger.record("z", "a", 1.0, 0, 2.0, confirmed=False)
+    assert ledger.per_row(index, updated, 303.0)[0][0] == 0.0  # past the TTL
+    assert len(ledger) == 0
+
+
+def test_the_arrays_are_reused_across_fresh_views_of_the_same_profile_table() -> None:
+    # The profiles hand out each column as a new view of one table on every request.
+    table = np.array([[0.0, 1.0], [0.0, 2.0]])
+    index = {"a": 0, "b": 1}
+    ledger = PredictedLoad(300, 45)
+    ledger.record("x", "a", 2.0, 0, 10.0, confirmed=True)
+    first = ledger.per_row(index, table[:, 0], 11.0)
+    again = ledger.per_row(index, table[:, 0], 12.0)
+    assert again[0] is first[0] and again[1] is first[1]  # no pass over the ledger
+    assert ledger.per_row(index, table[:, 1], 12.0)[0] is not first[0]  # another column: a new pass
+    ledger.record("y", "b", 1.0, 0, 12.0, confirmed=True)
+    assert ledger.per_row(index, table[:, 1], 13.0)[0].tolist() == [2.0, 1.0]
