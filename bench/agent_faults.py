@@ -228,8 +228,8 @@ def http_cases(agent: Agent) -> bool:
         ok_all &= ok
         print(f"| {name} | {reply} | {'ok' if ok else 'FAIL'} |")
 
-    # 128 MB streamed without a token
-    size = 128 * 1024 * 1024
+    # 1 GiB streamed without a token
+    size = 1 << 30
     rss0 = agent.status("VmRSS")
     piece = b"x" * 65536
     sent = [0]
@@ -253,7 +253,7 @@ def http_cases(agent: Agent) -> bool:
     hwm = agent.status("VmHWM")
     ok = "401" in reply and (hwm - rss0) < 16 * 1024
     ok_all &= ok
-    print(f"\n128 MB without a token: {reply!r} after {answered * 1000:.0f} ms, {sent[0] / 2**20:.1f} MB accepted "
+    print(f"\n1 GiB without a token: {reply!r} after {answered * 1000:.0f} ms, {sent[0] / 2**20:.1f} MB accepted "
           f"by the socket before it closed; agent RSS {rss0 / 1024:.0f} MB → peak {hwm / 1024:.0f} MB: "
           f"{'ok' if ok else 'FAIL'}")  # fmt: skip
 
