@@ -315,6 +315,7 @@ class SpawnedExtender:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self._log.close()
                 raise ExtenderCallError(f"the extender exited with {self.process.returncode}; see {self.log_path}")
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
