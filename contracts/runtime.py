@@ -96,15 +96,29 @@ def formatter(log_format: str) -> logging.Formatter:
     raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
 
 
-def setup_logging(level: str, log_format: str = "text", stream: IO[str] | None = None) -> None:
-    """The root logger: ``level`` (debug, info, warning, error), one handler on ``stream`` (stderr)."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(formatter(log_format))
+def setup_logging(level: str, log_format: str = "text", stream: IO[str] | None = None) -> logging.Handler | None:
+    """The root logger: ``level`` (debug, info, warning, error), one handler on ``stream`` (stderr).
+
+    Like :func:`logging.basicConfig`, it leaves logging alone when the program that runs us has
+    configured it already (handlers on the root logger that are not ours: an embedding program,
+    a test runner); a handler of ours from an earlier call is replaced. Returns the handler
+    installed, or ``None``.
+    """
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        if getattr(old, _OURS, False):
+            root.removeHandler(old)
+    if root.handlers:
+        return None
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(formatter(log_format))
+    setattr(handler, _OURS, True)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper()))
+    return handler
+
+
+_OURS = "_joulesched_handler"
 
 
 __all__ = [

@@ -48,9 +48,14 @@ def json_lines(text: str) -> list[dict[str, str]]:
 
 
 def test_json_formatter_writes_one_object_per_record_with_the_traceback() -> None:
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    for h in saved:  # the test runner's own handlers: setup_logging leaves a configured root alone
+        root.removeHandler(h)
     stream = io.StringIO()
-    runtime.setup_logging("info", "json", stream=stream)
     try:
+        handler = runtime.setup_logging("info", "json", stream=stream)
+        assert handler is not None and root.handlers == [handler]
         log = logging.getLogger("joulesched.test")
         log.info("two\nlines %s", "é")
         log.debug("not shown")
@@ -58,14 +63,32 @@ def test_json_formatter_writes_one_object_per_record_with_the_traceback() -> Non
             raise ValueError("boom")
         except ValueError:
             log.exception("failed")
+        again = runtime.setup_logging("info", "json", stream=stream)
+        assert root.handlers == [again], "a second call replaces our handler, it does not add one"
     finally:
-        runtime.setup_logging("warning", "text")
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved:
+            root.addHandler(h)
+        root.setLevel(level)
     docs = json_lines(stream.getvalue())
     assert [(d["level"], d["logger"], d["msg"]) for d in docs] == [
         ("info", "joulesched.test", "two\nlines é"),
         ("error", "joulesched.test", "failed"),
     ]
     assert "ValueError: boom" in docs[1]["exc"]
+
+
+def test_a_configured_root_logger_is_left_alone() -> None:
+    root = logging.getLogger()
+    foreign = logging.NullHandler()
+    root.addHandler(foreign)
+    try:
+        before = list(root.handlers)
+        assert runtime.setup_logging("info", "json", stream=io.StringIO()) is None
+        assert root.handlers == before
+    finally:
+        root.removeHandler(foreign)
 
 
 def test_an_unknown_log_format_is_refused() -> None:
