@@ -93,18 +93,7 @@ def shipped(workers: int | None, checkout: str | None) -> int:
     port = free_port()
     proc = start_extender(tmp / "config.yaml", port, tmp / "extender.log", *workers_flag(workers), checkout=checkout)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # /readyz stays 503 (no Prometheus): wait for the workers
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            try:
-                conn.request("GET", "/healthz")
-                if conn.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            finally:
-                conn.close()
-            time.sleep(0.2)
+        wait_ready(port, proc, timeout=60, path="/healthz")  # /readyz stays 503 (no Prometheus)
         time.sleep(8.0)  # the pod watch's and the refresh's first tries, the gauge ticks
         pids = [proc.pid, *children(proc.pid)]
         rss = [status_kb(pid, "VmRSS") / 1024 for pid in pids]

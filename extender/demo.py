@@ -29,14 +29,15 @@ EXAMPLE_POD: dict[str, Any] = {
 }
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0, path: str = "/readyz") -> None:
+    """Until ``GET path`` answers 200 (``/healthz``: the workers serve, whatever the profiles)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the extender exited with code {proc.returncode} before it was ready")
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
         try:
-            conn.request("GET", "/readyz")
+            conn.request("GET", path)
             if conn.getresponse().status == 200:
                 return
         except OSError:

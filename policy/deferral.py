@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from joulesched.policy.demand import MAX_RUNTIME_SECONDS, RUNTIME_ANNOTATION
+from joulesched.policy.demand import expected_runtime
 from joulesched.policy.errors import PolicyError
 from joulesched.policy.site import CarbonIntensitySource, IntensitySeries, IntensityUnavailable, interval_means
 
@@ -260,17 +260,5 @@ def deferral_from_pod(pod: Mapping[str, Any], created: float) -> Deferral | None
         deadlines.append(created + delay)
     if not deadlines:
         return None
-    runtime = 0.0
-    raw = annotations.get(RUNTIME_ANNOTATION)
-    if raw is not None:
-        try:
-            runtime = float(raw)
-        except (TypeError, ValueError) as err:
-            raise PolicyError(
-                f"Pod annotation {RUNTIME_ANNOTATION}: must be a number of seconds, got {str(raw)[:64]!r}"
-            ) from err
-        if not 0 < runtime <= MAX_RUNTIME_SECONDS:
-            raise PolicyError(
-                f"Pod annotation {RUNTIME_ANNOTATION}: must be a positive number of seconds up to {MAX_RUNTIME_SECONDS:g}, got {str(raw)[:64]!r}"
-            )
+    runtime = expected_runtime(pod) or 0.0
     return Deferral(submitted=created, deadline=min(deadlines), runtime=runtime)

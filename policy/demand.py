@@ -186,7 +186,7 @@ def demand_from_pod(pod: Mapping[str, Any]) -> PodDemand:
     basis = "requests"
     if cpu == 0.0:
         cpu, basis = DEFAULT_MILLI_CPU_REQUEST / 1000.0, "default"
-    return PodDemand(cpu, mem, round(gpu), _runtime(pod), basis)
+    return PodDemand(cpu, mem, round(gpu), expected_runtime(pod), basis)
 
 
 NEXTFLOW_PROCESS_LABEL = "nextflow.io/processName"
@@ -215,7 +215,8 @@ def owner_of(pod: Mapping[str, Any]) -> tuple[str, str, str] | None:
     return None
 
 
-def _runtime(pod: Mapping[str, Any]) -> float | None:
+def expected_runtime(pod: Mapping[str, Any]) -> float | None:
+    """The pod's ``joulesched.io/expected-runtime-seconds``, or ``None``; :class:`PolicyError` naming it if malformed."""
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     if not isinstance(annotations, Mapping) or RUNTIME_ANNOTATION not in annotations:
