@@ -14,7 +14,11 @@ Contenders, interleaved round by round (A B C D A B C D ...):
   keep-alive, filter passes every name, prioritize scores 0), names mode;
 * ``names``: joulesched's extender as shipped (deploy/extender/config.yaml, gunicorn, the pod
   watch) with deploy/'s extender entry (``nodeCacheCapable: true``);
-* ``full``: the same extender, ``nodeCacheCapable: false`` (full Node objects).
+* ``full``: the same extender, ``nodeCacheCapable: false`` (full Node objects);
+* ``watch``: names mode without the bind verb (kube-scheduler binds; the extender learns
+  placements from its top choices and the pod watch only), what was shipped before the bind
+  verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
+  this is that cost.
 
 Every contender uses deploy/'s scheduler profile (MostAllocated). Each configuration is a node
 count × the API rate (``clientConnection.qps``/``burst``: kube-scheduler ignores the deprecated
@@ -79,7 +83,7 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "names", "full")
+CONTENDERS = ("alone", "const", "names", "full", "watch")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 SCHEDULED = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -251,6 +255,8 @@ def run_burst(
         entry = deploy_extender_entry(url, nodeCacheCapable=contender != "full")
         if contender == "const":
             entry.pop("preemptVerb", None)
+        if contender in ("const", "watch"):
+            entry.pop("bindVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
     sched = cp.start_scheduler(
@@ -325,6 +331,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                     "const": (const.url, const.pid),
                                     "names": (ext.url, ext.pid),
                                     "full": (ext.url, ext.pid),
+                                    "watch": (ext.url, ext.pid),
                                 }[contender]
                                 b = run_burst(
                                     cp,
@@ -372,9 +379,9 @@ def summarise(results: list[Burst]) -> list[str]:
                 "–" if b.extender_cpu_ms_per_pod is None else f"{b.extender_cpu_ms_per_pod:g}" for b in mine
             )
             rate_ratio = cpu_ratio = "–"
-            if const_rate and contender in ("names", "full"):
+            if const_rate and contender in ("names", "full", "watch"):
                 rate_ratio = f"{statistics.median(b.pods_per_s for b in mine) / const_rate:.2f}"
-            if const_cpu and contender in ("names", "full"):
+            if const_cpu and contender in ("names", "full", "watch"):
                 cpu_ratio = f"{statistics.median(b.extender_cpu_ms_per_pod or 0 for b in mine) / const_cpu:.1f}"
             lines.append(
                 f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {rate_ratio} | {cpu_ratio} |"
@@ -390,10 +397,15 @@ class RoundRobinProxy:
 
     No health checks and no retries: a connection to a dead backend is closed at once, which is
     what the client sees of a Service endpoint whose pod has died and not been removed yet.
+
+    ``sticky``: every connection goes to the same backend until one to it is refused, then to
+    the next — deploy/'s Service (``sessionAffinity: ClientIP``: the one kube-scheduler has one
+    client IP) once the dead endpoint has been removed.
     """
 
-    def __init__(self, backends: Sequence[int]) -> None:
+    def __init__(self, backends: Sequence[int], sticky: bool = False) -> None:
         self.backends = list(backends)
+        self.sticky = sticky
         self._next = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
@@ -408,11 +420,13 @@ class RoundRobinProxy:
             except OSError:
                 return
             port = self.backends[self._next % len(self.backends)]
-            self._next += 1
+            if not self.sticky:
+                self._next += 1
             try:
                 upstream = socket.create_connection(("127.0.0.1", port), timeout=1)
             except OSError:
                 self.refused += 1
+                self._next += self.sticky
                 client.close()
                 continue
             threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
@@ -483,7 +497,7 @@ def outage_case(
         joulesched_extender(work / f"r{k}", cp, names, sites, name=f"replica{k}", curve=same)
         for k in range(2 if case == "replica" else 1)
     ]
-    proxy = RoundRobinProxy([r.port for r in replicas]) if case == "replica" else None
+    proxy = RoundRobinProxy([r.port for r in replicas], sticky=args.sticky) if case == "replica" else None
     url = proxy.url if proxy else replicas[0].url
     name = f"o{uuid.uuid4().hex[:8]}"
     namespace = cp.create_namespace(name)
@@ -569,6 +583,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--outage", action="store_true", help="measure extender failures instead (item 5)")
     p.add_argument("--cases", default="replica,outage")
     p.add_argument("--outage-pods", type=int, default=1000)
+    p.add_argument(
+        "--sticky",
+        action="store_true",
+        help="--outage replica case: the proxy keeps every connection on one live replica (sessionAffinity: ClientIP)",
+    )
     p.add_argument("--outage-seconds", type=float, default=10)
     p.add_argument(
         "--ignorable", choices=("true", "false"), default="true", help="--outage: the extender entry's ignorable"

@@ -274,6 +274,13 @@ EXT_PREDICTED_PODS = _m(
     "extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured)."
 )
 EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by filter, by reason.", L_REASON)
+EXT_BIND_WAITS = _m(
+    "extender_bind_waits_total",
+    "counter",
+    "Decisions that waited for the bindings of pods answered before them (bind verb), by outcome "
+    "(bound: they came; deadline: bind.wait_seconds passed first, and the pods still unbound were dropped).",
+    "outcome",
+)
 
 # --- deferrer (joulesched deferrer: carbon-aware deferral through scheduling gates) --------------
 DEFER_HELD = _m("deferrer_pods_held", "gauge", "Pods carrying the joulesched.io/deferred gate that this replica holds.")

@@ -31,7 +31,7 @@ from joulesched.extender.config import ExtenderConfig
 from joulesched.extender.errors import BindDisabled, WireError
 from joulesched.extender.logsafe import RateLimitedLog, escape
 from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter, ProfileStatus
-from joulesched.extender.predicted import Occupancy, PredictedLoad
+from joulesched.extender.predicted import Occupancy, PredictedLoad, Unbound
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
 from joulesched.extender.service import Extender
 from joulesched.policy.errors import PolicyError
@@ -79,6 +79,10 @@ def create_app(
     predicted = PredictedLoad(config.predicted_ttl_seconds, config.predicted_settle_seconds)
     occupancy = Occupancy() if config.watch_pods else None
     binder = make_binder(config) if config.bind_enabled else None
+    unbound = Unbound(
+        config.bind_wait_seconds if config.bind_enabled else 0.0,
+        on_wait=lambda outcome: metrics.bind_waits.labels(outcome).inc(),
+    )
     ext = Extender(
         source,
         config.policy,
@@ -87,6 +91,7 @@ def create_app(
         binder=binder,
         server_id_label=config.server_id_label,
         occupancy=occupancy,
+        unbound=unbound,
     )
     max_age = config.policy.max_age_seconds
 
@@ -108,7 +113,7 @@ def create_app(
         if config.watch_pods:
             from joulesched.extender.kube import PodBindingWatch
 
-            PodBindingWatch(config.kubeconfig, predicted, clock, occupancy).start()
+            PodBindingWatch(config.kubeconfig, predicted, clock, occupancy, unbound).start()
         if config.watch_nodes:
             from joulesched.extender.kube import NodeServerWatch
 
@@ -224,6 +229,14 @@ class VerbEndpoint:
         self._count(verb, time.perf_counter() - started)
         return 200, payload
 
+    def serve(self, verb: str, length: int | None, read: Callable[[int], bytes]) -> tuple[int, bytes]:
+        """:meth:`__call__`, and a JSON 500 for anything that escapes it (reading the body, counting)."""
+        try:
+            return self(verb, length, read)
+        except Exception as err:  # never gunicorn's HTML
+            log.exception("internal error outside a verb")
+            return self.fail("other", 500, "internal", f"internal error: {type(err).__name__}")
+
     def _count(self, verb: str, seconds: float) -> None:
         m = self.metrics
         requests, latency = self._ok[verb]
@@ -253,7 +266,7 @@ class VerbEndpoint:
             m.predicted_pods.set(len(self.ext.predicted))
 
 
-_REASONS = {200: "200 OK", 400: "400 Bad Request", 404: "404 Not Found", 413: "413 Content Too Large", 500: "500 Internal Server Error"}
+REASONS = {200: "200 OK", 400: "400 Bad Request", 404: "404 Not Found", 413: "413 Content Too Large", 500: "500 Internal Server Error"}
 
 
 class VerbFastPath:
@@ -261,7 +274,9 @@ class VerbFastPath:
 
     The scheduling path skips Flask's request context and routing, which cost more than the
     policy itself for a 100-node request (docs/benchmarks.md); every other path — health,
-    readiness, metrics, wrong methods, unknown paths — is Flask's.
+    readiness, metrics, wrong methods, unknown paths — is Flask's. Under the extender's own
+    gunicorn worker (extender/worker.py) the verbs do not even reach WSGI; this path serves
+    them under any other server.
     """
 
     def __init__(self, app: Any, prefix: str, endpoint: VerbEndpoint) -> None:
@@ -278,13 +293,8 @@ class VerbFastPath:
             length = int(raw_length) if raw_length else None
         except ValueError:
             length = None
-        stream = environ["wsgi.input"]
-        try:
-            status, body = self.endpoint(path[len(self.verb_prefix) :], length, stream.read)
-        except Exception as err:  # reading the body, counting: still a JSON 500, never gunicorn's HTML
-            log.exception("internal error outside a verb")
-            status, body = self.endpoint.fail("other", 500, "internal", f"internal error: {type(err).__name__}")
-        start_response(_REASONS.get(status, f"{status} Error"), [("Content-Type", JSON), ("Content-Length", str(len(body)))])
+        status, body = self.endpoint.serve(path[len(self.verb_prefix) :], length, environ["wsgi.input"].read)
+        start_response(REASONS.get(status, f"{status} Error"), [("Content-Type", JSON), ("Content-Length", str(len(body)))])
         return [body]
 
 

@@ -125,6 +125,14 @@ class ExtenderConfig:
         "serve the bind verb (RBAC: create pods/binding; set `bindVerb: bind` in the scheduler config)",
         key="bind.enabled",
     )
+    bind_wait_seconds: float = setting(
+        0.2,
+        "while kube-scheduler binds through the bind verb, a filter or prioritize first waits up to this"
+        " long for the bindings of the pods answered before it (each pod is waited for once)",
+        key="bind.wait_seconds",
+        minimum=0,
+        maximum=1,
+    )
     server_id_label: str = setting(
         "joulesched.io/server-id",
         "virtualised clusters: the node label naming the physical server whose profile"

@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
 from joulesched.extender.errors import ExtenderError
-from joulesched.extender.predicted import Occupancy, PredictedLoad
+from joulesched.extender.predicted import Occupancy, PredictedLoad, Unbound
 from joulesched.extender.wire import BindingArgs
 from joulesched.policy.demand import RUNTIME_ANNOTATION, demand_from_pod
 from joulesched.policy.errors import PolicyError
@@ -46,23 +47,64 @@ def api_client(kubeconfig: str) -> Any:
 
 
 class Binder:
-    """Creates ``pods/binding`` for the bind verb (RBAC: create on pods/binding)."""
+    """Creates ``pods/binding`` for the bind verb (RBAC: create on pods/binding).
+
+    One POST of a prepared JSON body through the kubernetes client's own connection pool and
+    credentials (its TLS settings, client certificate or bearer token, refreshed as the client
+    refreshes it), not through the generated API method: that built and checked a request
+    model per call and cost 3.35 ms of CPU per binding against the real kube-apiserver, this
+    about a tenth of it (docs/benchmarks.md, "Scheduling throughput").
+
+    The API client is made at the first bind, not at start: like the watches, an extender
+    started where the API is not reachable yet serves filter and prioritize; a bind it cannot
+    make goes back to kube-scheduler as an error, and kube-scheduler (``ignorable``) binds the
+    pod itself.
+    """
+
+    TIMEOUT_SECONDS = 5.0
 
     def __init__(self, kubeconfig: str) -> None:
-        from kubernetes import client
+        self.kubeconfig = kubeconfig
+        self._client: Any = None
+        self._lock = threading.Lock()
 
-        self._client = client
-        self._api = client.CoreV1Api(api_client(kubeconfig))
+    def _api(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = api_client(self.kubeconfig)
+            return self._client
 
     def __call__(self, args: BindingArgs) -> None:
-        c = self._client
-        body = c.V1Binding(
-            metadata=c.V1ObjectMeta(name=args.pod_name, namespace=args.pod_namespace, uid=args.pod_uid or None),
-            target=c.V1ObjectReference(api_version="v1", kind="Node", name=args.node),
+        client = self._api()
+        config = client.configuration
+        metadata: dict[str, str] = {"name": args.pod_name, "namespace": args.pod_namespace}
+        if args.pod_uid:  # the API then refuses to bind a recreated pod of the same name
+            metadata["uid"] = args.pod_uid
+        body = orjson.dumps(
+            {"apiVersion": "v1", "kind": "Binding", "metadata": metadata, "target": {"apiVersion": "v1", "kind": "Node", "name": args.node}}
         )
-        # _preload_content=False: the API answers a Status, which the generated model for
-        # V1Binding cannot deserialise (kubernetes-client/python#825).
-        self._api.create_namespaced_pod_binding(args.pod_name, args.pod_namespace, body, _preload_content=False)
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "joulesched-extender"}
+        token = config.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            headers["Authorization"] = token
+        url = f"{config.host}/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
+        resp = client.rest_client.pool_manager.request(
+            "POST", url, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS, retries=False
+        )
+        if not 200 <= resp.status < 300:
+            raise ExtenderError(f"HTTP {resp.status}: {_status_message(resp.data)}")
+
+
+def _status_message(data: bytes) -> str:
+    """The ``message`` of the API's Status reply, else the start of the body."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        doc = None
+    message = doc.get("message") if isinstance(doc, dict) else None
+    if isinstance(message, str):
+        return message
+    return data[:200].decode("utf-8", "replace")
 
 
 class _Watch:
@@ -148,12 +190,14 @@ class PodBindingWatch(_Watch):
         predicted: PredictedLoad,
         clock: Callable[[], float] = time.time,
         occupancy: Occupancy | None = None,
+        unbound: Unbound | None = None,
     ) -> None:
         super().__init__()
         self.kubeconfig = kubeconfig
         self.predicted = predicted
         self.clock = clock
         self.occupancy = occupancy
+        self.unbound = unbound
         self._bound: set[str] = set()
 
     def _watch_once(self) -> None:
@@ -212,6 +256,8 @@ class PodBindingWatch(_Watch):
         if not node or uid in self._bound:
             return
         self._bound.add(uid)
+        if self.unbound is not None:
+            self.unbound.bound(uid, by_bind_verb=False)  # bound by another replica or binder
         try:
             demand = demand_from_pod(pod)
         except PolicyError as err:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -238,3 +240,89 @@ class Occupancy:
         held.setflags(write=False)
         self._cached = (version, index, held)
         return held
+
+
+class Unbound:
+    """Pods the extender has answered for and whose binding it has not seen yet.
+
+    kube-scheduler decides pods one after another in one loop and binds each in a goroutine of
+    its own, so with the bind verb pod A's ``bind`` and pod B's ``filter`` reach the extender
+    at about the same moment, in either order. B decided first is B decided as if A were
+    nowhere: in a burst, pod after pod lands on the node whose last few placements the ledger
+    has not heard of (tests/e2e/test_saturation_e2e.py). So while bindings arrive through the
+    bind verb, a decision first waits for the bindings of the pods answered before it — at
+    most ``wait_seconds`` in all, and for each pod once: a pod still unbound at the deadline
+    (unschedulable after all, or held in kube-scheduler's PreBind, e.g. by a volume) is
+    dropped, so it delays one decision at most, and nothing waits again until the next bind
+    arrives (a scheduler whose config no longer names the bind verb costs one wait).
+
+    Without the bind verb there is nothing to wait for (the pod watch learns a binding only
+    after kube-scheduler's rate-limited API write, a burst later), and nothing waits.
+    """
+
+    # A bind seen this recently means kube-scheduler binds through this extender.
+    ACTIVE_SECONDS = 60.0
+
+    def __init__(
+        self,
+        wait_seconds: float,
+        max_pods: int = 10_000,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
+        self.wait_seconds = wait_seconds
+        self.on_wait = on_wait  # called with "bound" or "deadline" after a decision waited
+        self.max_pods = max_pods
+        self._monotonic = monotonic
+        self._demand: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._cond = threading.Condition()
+        self._last_bind = -math.inf
+
+    def decided(self, uid: str, cores: float, gpus: float) -> None:
+        """``uid`` was answered (filter with a node passing, or prioritize) with this demand."""
+        if not uid:
+            return
+        with self._cond:
+            self._demand[uid] = (cores, gpus)
+            self._demand.move_to_end(uid)
+            while len(self._demand) > self.max_pods:
+                self._demand.popitem(last=False)
+
+    def demand(self, uid: str) -> tuple[float, float] | None:
+        return self._demand.get(uid)
+
+    def bound(self, uid: str, *, by_bind_verb: bool) -> None:
+        with self._cond:
+            if by_bind_verb:
+                self._last_bind = self._monotonic()
+            if self._demand.pop(uid, None) is not None:
+                self._cond.notify_all()
+
+    def forget(self, uid: str) -> None:
+        with self._cond:
+            self._demand.pop(uid, None)
+
+    def active(self) -> bool:
+        return self._monotonic() - self._last_bind < self.ACTIVE_SECONDS
+
+    def wait_for_others(self, uid: str) -> float:
+        """Wait until every pod answered before ``uid`` is bound; seconds waited."""
+        if self.wait_seconds <= 0 or not self.active():
+            return 0.0
+        start = self._monotonic()
+        deadline = start + self.wait_seconds
+        outcome = None
+        with self._cond:
+            while any(other != uid for other in self._demand):
+                outcome = "bound"
+                left = deadline - self._monotonic()
+                if left <= 0:
+                    for other in [other for other in self._demand if other != uid]:
+                        del self._demand[other]
+                    outcome = "deadline"
+                    self._last_bind = -math.inf
+                    break
+                self._cond.wait(left)
+        if outcome is not None and self.on_wait is not None:
+            self.on_wait(outcome)
+        return self._monotonic() - start

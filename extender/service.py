@@ -21,7 +21,7 @@ import orjson
 from joulesched.extender import wire
 from joulesched.extender.errors import BindDisabled
 from joulesched.extender.logsafe import escape
-from joulesched.extender.predicted import Occupancy, PredictedLoad
+from joulesched.extender.predicted import Occupancy, PredictedLoad, Unbound
 from joulesched.extender.profiles import ProfileSource, Snapshot
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import PodDemand, demand_from_pod, owner_of
@@ -62,8 +62,10 @@ class Extender:
         binder: Binder | None = None,
         server_id_label: str = SERVER_ID_LABEL,
         occupancy: Occupancy | None = None,
+        unbound: Unbound | None = None,
     ) -> None:
         self.source = source
+        self.unbound = unbound or Unbound(0.0)
         self.policy = policy
         self.predicted = predicted
         self.occupancy = occupancy
@@ -155,9 +157,12 @@ class Extender:
 
     def filter(self, body: bytes) -> dict[str, Any] | wire.Encoded:
         args = wire.parse_extender_args(body)
+        self.unbound.wait_for_others(wire.pod_identity(args.pod)[2])
         d = self.decide(args)
         failed = d.evaluation.failed
         passed = np.flatnonzero(~failed).tolist()
+        if passed:
+            self._decided(d)
         unresolvable = {
             args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed).tolist()
         }
@@ -174,8 +179,10 @@ class Extender:
 
     def prioritize(self, body: bytes) -> list[dict[str, Any]]:
         args = wire.parse_extender_args(body)
+        self.unbound.wait_for_others(wire.pod_identity(args.pod)[2])
         d = self.decide(args)
         scores = d.evaluation.scores
+        self._decided(d)
         self._remember_top_choice(d)
         return wire.host_priority_list(args.node_names, scores.tolist())
 
@@ -194,22 +201,33 @@ class Extender:
         return wire.preemption_result(keep)
 
     def bind(self, body: bytes) -> dict[str, Any]:
+        """Record the placement, then create the binding; a failed binding is forgotten.
+
+        Recorded first: the next pod's filter may already be waiting on this pod (Unbound),
+        and the API call takes milliseconds in which that decision would not know of it.
+        """
         bargs = wire.parse_binding_args(body)
         if self.binder is None:
             raise BindDisabled("the bind verb is disabled (bind.enabled: false in the extender config)")
+        uid = bargs.pod_uid
+        demand = self.unbound.demand(uid)
+        cores, gpus = demand if demand is not None else (0.0, 0.0)
+        self.predicted.record(uid, bargs.node, cores, gpus, self.clock(), confirmed=True)
+        self.unbound.bound(uid, by_bind_verb=True)
         try:
             self.binder(bargs)
         except Exception as err:  # the API's answer goes back to kube-scheduler in Error
+            self.predicted.forget(uid)  # kube-scheduler retries the pod; it is on no node
             log.warning(
                 "bind %s/%s to %s failed: %s", escape(bargs.pod_namespace), escape(bargs.pod_name), escape(bargs.node), escape(str(err))
             )
             return {"Error": f"binding {bargs.pod_namespace}/{bargs.pod_name} to {bargs.node}: {err}"}
-        last = self.last
-        cores = gpus = 0.0
-        if last is not None and wire.pod_identity(last.args.pod)[2] == bargs.pod_uid:
-            cores, gpus = last.demand.cpu_cores, float(last.demand.gpus)
-        self.predicted.record(bargs.pod_uid, bargs.node, cores, gpus, self.clock(), confirmed=True)
         return {"Error": ""}
+
+    def _decided(self, d: Decision) -> None:
+        if self.binder is None:
+            return  # nothing binds through here: nobody waits, nobody asks for the demand
+        self.unbound.decided(wire.pod_identity(d.args.pod)[2], d.demand.cpu_cores, float(d.demand.gpus))
 
     def _remember_top_choice(self, d: Decision) -> None:
         scores = d.evaluation.scores

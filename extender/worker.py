@@ -24,6 +24,13 @@ deadline, not a thread. The rules, each answered with a JSON error and counted i
   that would exceed that gets 503 and is closed, so memory is bounded whatever the number of
   clients (docs/benchmarks.md, "Memory").
 
+A complete ``POST {prefix}/<verb>`` over HTTP/1.1 — every request kube-scheduler sends — is
+then served by the pool thread straight from the head and body already read: the extender's
+verb endpoint and a reply written in one ``sendall``, without gunicorn's request parser, WSGI
+environ and response object (they took more CPU than the 100-node policy evaluation itself:
+docs/benchmarks.md, "Scheduling throughput"). Everything else (health, readiness, metrics,
+other methods and paths, HTTP/1.0, a malformed head) goes through gunicorn and Flask.
+
 Replies are written by the pool thread with a socket timeout of the same deadline, so a client
 that does not read its reply holds a thread that long at most. Closing a connection lingers on
 it (to drain what the client still sends, RFC 9112 section 9.6) in the event loop, not in a
@@ -47,6 +54,7 @@ import orjson
 from gunicorn import http, sock, util
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from joulesched.extender.app import REASONS
 from joulesched.extender.config import ExtenderConfig
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -116,9 +124,15 @@ class FrontConn(TConn):  # type: ignore[misc]
         self.held = 0  # this connection's share of FrontBufferedWorker.inflight
         self.handshaken = not isinstance(sock, ssl.SSLSocket)
         self.verified = False  # a client certificate signed by the configured CA was presented
+        self.verb: str | None = None  # a request for the direct verb path (see the module doc)
+        self.close_after = False  # its head asked for Connection: close
 
 
 class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
+    alive: bool  # gunicorn's, untyped there
+    nr: int
+    max_requests: int
+
     def init_process(self) -> None:
         self.reading: set[FrontConn] = set()
         self.lingering: dict[FrontConn, float] = {}
@@ -135,7 +149,17 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         self.require_client_cert = bool(config.server.tls_client_ca_file) and self.cfg.is_ssl
         self.budget = 2 * self.max_body
         self.endpoint = extension.get("endpoint")
+        self.verb_prefix = (config.prefix.rstrip("/") + "/").encode()
+        self._notified = 0.0
         super().run()
+
+    def notify(self) -> None:
+        # gunicorn touches its heartbeat file on every pass of the event loop, a system call per
+        # request; the arbiter only needs it within ``timeout`` (30 s).
+        now = time.monotonic()
+        if now - self._notified >= 1.0:
+            self._notified = now
+            super().notify()
 
     # -- accepting and reading, in the event loop ---------------------------------------------
 
@@ -175,6 +199,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         conn.need = 0
         conn.oversize = False
         conn.sent_continue = False
+        conn.verb = None
+        conn.close_after = False
         conn.deadline = time.monotonic() + self.request_timeout
         self.buffered += len(data)
         self.reading.add(conn)
@@ -240,6 +266,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 conn.need = len(conn.head)
             else:
                 conn.need = len(conn.head) + length
+                if self.endpoint is not None:
+                    conn.verb, conn.close_after = _direct_verb(conn.head, self.verb_prefix)
                 if length and len(buf) < conn.need and b"100-continue" in conn.head.lower():
                     conn.sent_continue = True
                     try:
@@ -267,6 +295,11 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             conn.body = buf
             conn.held = len(buf)
             self.inflight += conn.held
+        if conn.verb is not None:
+            conn.pipelined = rest
+            conn.sock.setblocking(True)
+            self.enqueue_req(conn)
+            return
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
             conn.initialized = True
@@ -351,6 +384,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
     # -- serving, in a pool thread ------------------------------------------------------------
 
     def handle(self, conn: FrontConn) -> Any:
+        if conn.verb is not None:
+            return self._serve_verb(conn)
         req = None
         try:
             conn.sock.settimeout(self.request_timeout)
@@ -378,6 +413,35 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             self.handle_error(req, conn.sock, conn.client, e)
         return False
 
+    def _serve_verb(self, conn: FrontConn) -> bool:
+        """The direct verb path: True to keep the connection for the next request."""
+        verb, body = conn.verb or "", conn.body or b""
+        conn.verb = None
+        conn.body = None
+        self.nr += 1
+        keep = (
+            self.alive
+            and bool(self.cfg.keepalive)
+            and not conn.close_after
+            and self.nr < self.max_requests
+            and len(self.keepalived_conns) < self.max_keepalived
+        )
+        if self.nr >= self.max_requests and self.alive:
+            self.log.info("Autorestarting worker after current request.")
+            self.alive = False
+        status, payload = self.endpoint.serve(verb, len(body), lambda _size: body)
+        head = (
+            f"HTTP/1.1 {REASONS.get(status, f'{status} Error')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n{'' if keep else 'Connection: close' + chr(13) + chr(10)}\r\n"
+        )
+        try:
+            conn.sock.settimeout(self.request_timeout)
+            conn.sock.sendall(head.encode() + payload)
+        except (OSError, ssl.SSLError) as e:
+            self.log.debug("Closing connection: %s", e)
+            return False
+        return keep
+
     def finish_request(self, conn: FrontConn, fs: Any) -> None:
         self.inflight -= conn.held
         conn.held = 0
@@ -404,6 +468,23 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
 
 
 _OPEN_PATHS = (b"/healthz", b"/readyz", b"/metrics")
+
+
+def _direct_verb(head: bytes, prefix: bytes) -> tuple[str | None, bool]:
+    """(verb, Connection: close asked) for ``POST {prefix}<verb> HTTP/1.1``; (None, False) otherwise."""
+    line, _, headers = head.partition(b"\r\n")
+    parts = line.split(b" ")
+    if len(parts) != 3 or parts[0] != b"POST" or parts[2] != b"HTTP/1.1" or not parts[1].startswith(prefix):
+        return None, False
+    verb = parts[1][len(prefix) :]
+    if not verb or not verb.isascii() or not verb.replace(b"_", b"").isalnum():
+        return None, False  # a query, a deeper path, an odd byte: gunicorn and Flask answer it
+    close = False
+    for header in headers.split(b"\r\n"):
+        name, sep, value = header.partition(b":")
+        if sep and name.strip().lower() == b"connection":
+            close = close or b"close" in value.lower()
+    return verb.decode(), close
 
 
 def _open_to_all(head: bytes) -> bool:

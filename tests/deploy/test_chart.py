@@ -61,6 +61,7 @@ VALUES_FILES: dict[str, dict[str, Any]] = {
         "dashboard": {"labelKey": "grafana.io/dashboard", "labelValue": "energy"},
         "rules": {"configMap": {"enabled": False}},
         "deferrer": {"webhook": {"enabled": False}},
+        "extender": {"config": {"bind": {"enabled": False}}},
     },
 }
 
@@ -284,6 +285,11 @@ def test_agent_off_and_custom_labels(helm, tmp_path):
     assert ("MutatingWebhookConfiguration", "", "joulesched-deferrer") not in objs
     args = pod_spec(objs[("Deployment", NAMESPACE, "joulesched-deferrer")])["containers"][0]["args"]
     assert not [a for a in args if a.startswith(("--webhook", "--tls"))], args
+    # the bind verb off: kube-scheduler binds itself, and the extender may not
+    rules = objs[("ClusterRole", "", "joulesched-extender")]["rules"]
+    assert not [r for r in rules if "pods/binding" in r["resources"]], rules
+    sched = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-scheduler-config")]["data"]["scheduler-config.yaml"])
+    assert "bindVerb" not in sched["extenders"][0], sched["extenders"]
 
 
 @pytest.mark.parametrize("kube_version,tag", [("v1.37.2", "v1.37.2"), ("v1.36.0", "v1.36.0"),

@@ -102,9 +102,23 @@ def test_extender_config_in_deploy_is_valid() -> None:
     assert config.source == "prometheus" and config.watch_pods
 
 
-def test_extender_rbac_is_read_only_on_pods() -> None:
+def test_extender_rbac_reads_pods_and_binds_them_only() -> None:
     role = next(doc for _, doc in DOCS if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "joulesched-extender")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+    ]
+
+
+def test_the_scheduler_binds_through_the_extender_exactly_when_the_extender_serves_bind() -> None:
+    from joulesched.extender.config import parse_config
+
+    config = parse_config(yaml.safe_load((DEPLOY / "extender" / "config.yaml").read_text()), "deploy/extender/config.yaml")
+    (entry,) = yaml.safe_load((DEPLOY / "scheduler" / "scheduler-config.yaml").read_text())["extenders"]
+    assert config.bind_enabled and entry["bindVerb"] == "bind" and entry["ignorable"] is True
+    # one ledger per replica: all of the scheduler's connections go to one replica
+    service = next(doc for _, doc in DOCS if doc["kind"] == "Service" and doc["metadata"]["name"] == "joulesched-extender")
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
 
 
 def test_expander_is_optional_and_its_rbac_is_least() -> None:

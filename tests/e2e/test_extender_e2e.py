@@ -191,3 +191,37 @@ def test_bind_verb(control_plane, node_factory, scheduler_factory, extender_fact
     assert " failed: " not in ext.log_text(), ext.log_tail()  # Extender.bind's warning
     for p in pods:
         assert cp.pod_events(p, ns, "Scheduled"), f"no Scheduled event for {p}"
+
+
+def test_the_binder_binds_and_names_the_apis_refusals(control_plane, node_factory, e2e_namespace):
+    # extender.kube.Binder posts the Binding itself through the client's pool and credentials:
+    # against the real kube-apiserver it binds, and each refusal comes back with the API's words.
+    from joulesched.extender.errors import ExtenderError
+    from joulesched.extender.kube import Binder
+    from joulesched.extender.wire import BindingArgs
+
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    node = f"binder-{tag}"
+    node_factory(node, cpu="8", memory="8Gi")
+    for p in ("a", "b"):
+        cp.create_pod(f"{p}-{tag}", ns, scheduler_name="nobody", cpu="100m", memory="64Mi")
+    uid = cp.core.read_namespaced_pod(f"a-{tag}", ns).metadata.uid
+    binder = Binder(str(cp.kubeconfig))
+    binder(BindingArgs(f"a-{tag}", ns, uid, node))
+    assert cp.pod_node(f"a-{tag}", ns) == node
+    with pytest.raises(ExtenderError, match=r"HTTP 409: .*already assigned"):
+        binder(BindingArgs(f"a-{tag}", ns, uid, node))
+    with pytest.raises(ExtenderError, match=r"HTTP 409: .*(UID|uid|Precondition)"):
+        binder(BindingArgs(f"b-{tag}", ns, "00000000-0000-0000-0000-000000000000", node))
+    with pytest.raises(ExtenderError, match=r"HTTP 404: .*not found"):
+        binder(BindingArgs(f"missing-{tag}", ns, "", node))
+    assert not cp.pod_node(f"b-{tag}", ns)
+    # An identity without create on pods/binding (deploy/'s RBAC grants it) is refused, named.
+    stranger = Binder(str(cp.client_kubeconfig(f"stranger-{tag}")))
+    with pytest.raises(ExtenderError, match=rf'HTTP 403: .*User "stranger-{tag}" cannot create resource "pods/binding"'):
+        stranger(BindingArgs(f"b-{tag}", ns, "", node))
+    # A bearer token (in-cluster, the extender's ServiceAccount) is sent too: named in the refusal.
+    cp.core.create_namespaced_service_account(ns, {"metadata": {"name": f"sa-{tag}"}})
+    bearer = Binder(str(cp.service_account_kubeconfig(ns, f"sa-{tag}")))
+    with pytest.raises(ExtenderError, match=rf"HTTP 403: .*system:serviceaccount:{ns}:sa-{tag}.*pods/binding"):
+        bearer(BindingArgs(f"b-{tag}", ns, "", node))

@@ -12,18 +12,15 @@ is often not the node the pod lands on: only the real bindings keep the ledger r
 Scheduler and extender run deploy/'s configurations, with only the URLs and the profile source
 replaced.
 
-It fails today (expected to, strictly: a pass means the mark must go). Measured against
-kube-scheduler v1.37.2 on a loaded 2-core machine, each burst left 8-14 nodes past their cores,
-with deploy/'s MostAllocated and with kube-scheduler's default scoring alike. Logging the
-ledger (default scoring) showed why: of 141 placements the serving worker learnt from the pod
-watch, 79 were on another node than the extender's top choice, and the watch saw each binding
-0.29 s (median; 0.55 s p90) after the choice, 20-40 pods later, because kube-scheduler's own
-API client holds its binding writes to ``clientConnection.qps`` (50). Filtering the saturating
-nodes instead of scoring them 0 changed nothing while the ledger is that late. The bind verb
-(``bindVerb: bind``) brought the lag to 0.05 s median, 0.2 s p90, but kube-scheduler then
-spread filter and prioritize over both gunicorn workers (80 requests each), each with half
-the ledger, and the burst still saturated 8-13 nodes; with the bind verb and one worker (one
-ledger) it saturated 10 or more, the binding recorded only after the extender's own API call.
+The bind verb (deploy/'s ``bindVerb: bind``) is what keeps it right: the extender records each
+placement before its own API call and, while kube-scheduler binds through it, answers for a
+pod only once the pods answered before it are bound (``extender.predicted.Unbound``).
+Without it, measured against kube-scheduler v1.37.2 on a loaded 2-core machine, each burst
+left 8-14 nodes past their cores (up to 153 %): of 141 placements the worker learnt from the
+pod watch, 79 were on another node than the extender's top choice (kube-scheduler chooses
+among equal scores by its own plugins), and the watch saw each binding 0.29 s (median) after
+the choice, 20-40 pods later, because kube-scheduler's own binding writes are held to its
+``clientConnection.qps`` (50).
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ import collections
 import copy
 import uuid
 
-import pytest
 from e2e_extender import EFFICIENT_CURVE, deploy_extender_config, deploy_scheduler_config, node_profile, wait_all_bound
 
 NODES = 100
@@ -55,13 +51,6 @@ def scheduler_config(name: str, url: str) -> dict:
     return config
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="issue 16 item 4: the ledger learns kube-scheduler's choice too late (its bindings are "
-    "throttled to clientConnection.qps 50; about half its choices differ from the extender's top "
-    "choice among equal scores), so 8-14 nodes end at 102-165 % of their cores",
-)
 def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace):
     cp = control_plane
     tag = uuid.uuid4().hex[:6]

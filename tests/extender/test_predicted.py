@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+import threading
+import time
 
 import numpy as np
 
-from joulesched.extender.predicted import PredictedLoad
+from joulesched.extender.predicted import PredictedLoad, Unbound
 
 NODES = ["a", "b", "c", "d"]
 
@@ -83,3 +85,74 @@ def test_the_arrays_are_reused_across_fresh_views_of_the_same_profile_table() ->
     assert ledger.per_row(index, table[:, 1], 12.0)[0] is not first[0]  # another column: a new pass
     ledger.record("y", "b", 1.0, 0, 12.0, confirmed=True)
     assert ledger.per_row(index, table[:, 1], 13.0)[0].tolist() == [2.0, 1.0]
+
+
+# -- Unbound: a decision waits for the bindings of the pods answered before it ----------------------
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_nothing_waits_until_a_binding_has_come_through_the_bind_verb() -> None:
+    outcomes: list[str] = []
+    unbound = Unbound(0.5, on_wait=outcomes.append)
+    unbound.decided("a", 1.0, 0.0)
+    started = time.monotonic()
+    assert unbound.wait_for_others("b") == 0.0  # no bind seen: kube-scheduler binds itself
+    assert time.monotonic() - started < 0.1 and outcomes == []
+
+
+def test_a_decision_waits_for_the_binding_of_the_pod_before_it() -> None:
+    outcomes: list[str] = []
+    unbound = Unbound(5.0, on_wait=outcomes.append)
+    unbound.bound("earlier", by_bind_verb=True)
+    unbound.decided("a", 1.0, 0.0)
+    assert unbound.demand("a") == (1.0, 0.0)
+    threading.Timer(0.2, lambda: unbound.bound("a", by_bind_verb=True)).start()
+    waited = unbound.wait_for_others("b")
+    assert 0.15 < waited < 4.0, waited
+    assert outcomes == ["bound"] and unbound.demand("a") is None
+    # Its own earlier answer (filter before prioritize) is not waited for.
+    unbound.decided("b", 1.0, 0.0)
+    assert unbound.wait_for_others("b") < 0.1 and outcomes == ["bound"]
+
+
+def test_a_pod_never_bound_delays_one_decision_by_the_deadline_and_no_more() -> None:
+    outcomes: list[str] = []
+    unbound = Unbound(0.3, on_wait=outcomes.append)
+    unbound.bound("earlier", by_bind_verb=True)
+    unbound.decided("unschedulable", 1.0, 0.0)
+    waited = unbound.wait_for_others("b")
+    assert 0.25 < waited < 2.0, waited
+    assert outcomes == ["deadline"] and unbound.demand("unschedulable") is None
+    assert unbound.wait_for_others("c") < 0.1 and outcomes == ["deadline"]
+    # Nothing waits again until a bind comes: a scheduler no longer binding through the
+    # extender costs one wait, not one per pod.
+    unbound.decided("c", 1.0, 0.0)
+    assert not unbound.active() and unbound.wait_for_others("d") == 0.0
+    unbound.bound("c", by_bind_verb=True)
+    assert unbound.active()
+
+
+def test_a_binding_seen_by_the_watch_ends_the_wait_but_does_not_make_waiting_active() -> None:
+    clock = FakeMonotonic()
+    unbound = Unbound(0.3, monotonic=clock)
+    unbound.decided("a", 1.0, 0.0)
+    unbound.bound("a", by_bind_verb=False)
+    assert not unbound.active() and unbound.demand("a") is None
+    unbound.bound("x", by_bind_verb=True)
+    assert unbound.active()
+    clock.now += Unbound.ACTIVE_SECONDS + 1
+    assert not unbound.active()  # the bind verb no longer used: nothing waits
+
+
+def test_the_demand_kept_for_binds_is_bounded() -> None:
+    unbound = Unbound(0.0, max_pods=3)
+    for i in range(5):
+        unbound.decided(f"p{i}", float(i), 0.0)
+    assert [unbound.demand(f"p{i}") for i in range(5)] == [None, None, (2.0, 0.0), (3.0, 0.0), (4.0, 0.0)]

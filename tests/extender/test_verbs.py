@@ -130,6 +130,20 @@ def test_bind_reports_api_failures_in_error_and_records_the_placement(make_app) 
     status, reply = post(c, "bind", {**ok, "PodUID": "uid-2", "Node": "hungry"})
     assert status == 200 and "forbidden" in reply["Error"]
     assert len(calls) == 2
+    assert ext.predicted.placement("uid-2") is None  # not bound: kube-scheduler retries it
+
+
+def test_bind_records_the_placement_before_the_api_call(make_app) -> None:  # type: ignore[no-untyped-def]
+    # The next pod's filter is answered while this API call is in flight: it must see the pod.
+    app, _ = make_app()
+    ext = app.extensions["joulesched"]["extender"]
+    seen = []
+    ext.binder = lambda b: seen.append(ext.predicted.placement(b.pod_uid))
+    c = app.test_client()
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="a", name="a")))
+    assert post(c, "bind", {"PodName": "a", "PodNamespace": "default", "PodUID": "a", "Node": "hungry"}) == (200, {"Error": ""})
+    (placed,) = seen
+    assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
 
 
 def test_a_bind_after_the_next_pods_request_moves_the_load_to_the_real_node(make_app) -> None:  # type: ignore[no-untyped-def]

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from joulesched.extender.demo import free_port, start_extender, stop, wait_ready
-from joulesched.extender.worker import FrontBody, _body_length
+from joulesched.extender.worker import FrontBody, _body_length, _direct_verb
 from tests.extender.support import PROFILES, make_pod
 
 BODY = orjson.dumps({"Pod": make_pod(), "NodeNames": ["efficient", "hungry", "capped"]})
@@ -138,6 +138,60 @@ def test_pipelined_and_expect_continue_requests_are_answered(one_thread: int) ->
         while b"efficient" not in got:
             got += s.recv(65536)
         assert got.startswith(b"HTTP/1.1 200 ") and b"100 Continue" not in got
+
+
+def test_the_direct_verb_path_speaks_http_like_gunicorn(one_thread: int) -> None:
+    # kube-scheduler's requests skip gunicorn's parser; what it answers must not change.
+    def head_of(reply: bytes) -> tuple[str, dict[str, str], bytes]:
+        head, _, body = reply.partition(b"\r\n\r\n")
+        status, *lines = head.decode().split("\r\n")
+        return status, {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}, body
+
+    req = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n%s"
+    # Connection: close is honoured (and said), the reply is whole
+    status, headers, body = head_of(raw(one_thread, req % (len(BODY), b"Connection: close\r\n", BODY)))
+    assert status == "HTTP/1.1 200 OK" and headers["connection"] == "close"
+    assert headers["content-type"] == "application/json" and int(headers["content-length"]) == len(body)
+    assert orjson.loads(body)[0]["Host"] == "efficient"
+    # verbs' errors keep their statuses and JSON: an unknown verb, an empty body, bad JSON
+    for verb, payload, want in ((b"nope", BODY, "404"), (b"filter", b"", "400"), (b"filter", b"{", "400")):
+        one = b"POST /scheduler/%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (verb, len(payload), payload)
+        status, headers, body = head_of(raw(one_thread, one))
+        assert status.split()[1] == want and "Error" in orjson.loads(body), (verb, status, body)
+    # HTTP/1.0, a query string and other methods go through gunicorn and Flask, answered the same way
+    old = b"POST /scheduler/prioritize HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+    status, headers, body = head_of(raw(one_thread, old))
+    assert status.startswith("HTTP/1.0 200") and orjson.loads(body)[0]["Host"] == "efficient"
+    query = b"POST /scheduler/prioritize?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+    assert orjson.loads(head_of(raw(one_thread, query))[2])[0]["Host"] == "efficient"
+    status, _, body = head_of(raw(one_thread, b"GET /scheduler/filter HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    assert status.split()[1] == "405" and "POST" in orjson.loads(body)["Error"]
+    # a verb request after a gunicorn-parsed one on the same kept-alive connection, and back
+    conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
+    for path in ("/healthz", "/scheduler/prioritize", "/readyz", "/scheduler/prioritize"):
+        if path.startswith("/scheduler"):
+            assert prioritize(conn) == 200
+        else:
+            conn.request("GET", path)
+            reply = conn.getresponse()
+            assert reply.status == 200 and reply.read().startswith(b"ok")
+    conn.close()
+
+
+def test_direct_verb_recognition() -> None:
+    prefix = b"/scheduler/"
+    assert _direct_verb(b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\n\r\n", prefix) == ("filter", False)
+    assert _direct_verb(b"POST /scheduler/bind HTTP/1.1\r\nconnection:  Close\r\n\r\n", prefix) == ("bind", True)
+    for head in (
+        b"POST /scheduler/filter HTTP/1.0\r\n\r\n",
+        b"GET /scheduler/filter HTTP/1.1\r\n\r\n",
+        b"POST /scheduler/filter?x HTTP/1.1\r\n\r\n",
+        b"POST /scheduler/a/b HTTP/1.1\r\n\r\n",
+        b"POST /scheduler/ HTTP/1.1\r\n\r\n",
+        b"POST /other/filter HTTP/1.1\r\n\r\n",
+        b"POST  /scheduler/filter HTTP/1.1\r\n\r\n",
+    ):
+        assert _direct_verb(head, prefix) == (None, False), head
 
 
 def test_body_length_rules() -> None:

@@ -33,6 +33,12 @@ extenders:
     filterVerb: filter
     prioritizeVerb: prioritize
     preemptVerb: preempt
+    {{- $cfg := include "joulesched.extenderConfig" . | fromYaml }}
+    {{- if and $cfg.bind $cfg.bind.enabled }}
+    # The extender binds: it knows where each pod went before it answers for the next one
+    # (deploy/scheduler/scheduler-config.yaml).
+    bindVerb: bind
+    {{- end }}
     # kube-scheduler adds score × weight × 10 (MaxNodeScore / MaxExtenderPriority); weight 5
     # (0..500) lets a large energy difference decide (deploy/scheduler/scheduler-config.yaml).
     weight: {{ .Values.scheduler.extenderWeight }}
