@@ -68,6 +68,7 @@ _LABELS = {
     names.L_OWNER_KIND: "Deployment, StatefulSet, Job, NextflowProcess, …",
     names.L_OWNER: "owner name",
     "code": "HTTP status code",
+    "outcome": "bound (what was waited for came) or deadline (bind.wait_seconds passed first)",
     "version": "joulesched version (pyproject.toml)",
     "revision": "git commit the image was built from (JOULESCHED_REVISION), or unknown",
     "python_version": "Python version of the process",

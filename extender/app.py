@@ -266,7 +266,6 @@ class VerbEndpoint:
             m.predicted_pods.set(len(self.ext.predicted))
 
 
-REASONS = {200: "200 OK", 400: "400 Bad Request", 404: "404 Not Found", 413: "413 Content Too Large", 500: "500 Internal Server Error"}
 
 
 class VerbFastPath:
@@ -294,7 +293,7 @@ class VerbFastPath:
         except ValueError:
             length = None
         status, body = self.endpoint.serve(path[len(self.verb_prefix) :], length, environ["wsgi.input"].read)
-        start_response(REASONS.get(status, f"{status} Error"), [("Content-Type", JSON), ("Content-Length", str(len(body)))])
+        start_response(wire.REASONS.get(status, f"{status} Error"), [("Content-Type", JSON), ("Content-Length", str(len(body)))])
         return [body]
 
 

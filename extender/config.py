@@ -131,7 +131,7 @@ class ExtenderConfig:
         " long for the bindings of the pods answered before it (each pod is waited for once)",
         key="bind.wait_seconds",
         minimum=0,
-        maximum=1,
+        maximum=0.5,
     )
     server_id_label: str = setting(
         "joulesched.io/server-id",
@@ -181,6 +181,9 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         check.problem("profiles.prometheus.url", f"must be an http:// or https:// URL, got {prom_url!r}")
     if config.source == "tenant":
         check_tenant_config(config.tenant, "profiles.tenant", check)
+    if config.bind_enabled and config.bind_wait_seconds > 0 and config.server.threads < 2:
+        # A decision waiting for a bind holds a thread; the bind needs another.
+        check.problem("server.threads", "must be 2 or more with bind.enabled and bind.wait_seconds > 0 (or set bind.wait_seconds: 0)")
     check.raise_if_any()
     return config
 

@@ -61,6 +61,8 @@ class Binder:
     pod itself.
     """
 
+    # kube-scheduler gives up on the bind verb after its httpTimeout (deploy/: 1 s) and, being
+    # ignorable, binds the pod itself to the same node: one of the two writes then gets 409.
     TIMEOUT_SECONDS = 5.0
 
     def __init__(self, kubeconfig: str) -> None:
@@ -88,6 +90,7 @@ class Binder:
         if token:
             headers["Authorization"] = token
         url = f"{config.host}/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
+        # No retries: a bind that fails goes back to kube-scheduler, which binds the pod itself.
         resp = client.rest_client.pool_manager.request(
             "POST", url, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS, retries=False
         )
@@ -256,14 +259,15 @@ class PodBindingWatch(_Watch):
         if not node or uid in self._bound:
             return
         self._bound.add(uid)
-        if self.unbound is not None:
-            self.unbound.bound(uid, by_bind_verb=False)  # bound by another replica or binder
         try:
             demand = demand_from_pod(pod)
         except PolicyError as err:
             log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
-            return
-        self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), self.clock(), confirmed=True)
+        else:
+            self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), self.clock(), confirmed=True)
+        if self.unbound is not None:
+            # After the record: a decision waiting on this pod must find it in the ledger.
+            self.unbound.bound(uid, by_bind_verb=False)  # bound by another replica or binder
 
 
 def holds_node_until(pod: dict[str, Any]) -> float | None:

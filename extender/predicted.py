@@ -274,7 +274,10 @@ class Unbound:
         self.on_wait = on_wait  # called with "bound" or "deadline" after a decision waited
         self.max_pods = max_pods
         self._monotonic = monotonic
+        # uid -> (cores, gpus) of recent answers, for the bind verb, which names only the node:
+        # kept past a deadline (a late bind still knows its pod's load), bounded by max_pods.
         self._demand: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._waiting: set[str] = set()  # answered while waiting was active, not bound yet
         self._cond = threading.Condition()
         self._last_bind = -math.inf
 
@@ -286,7 +289,9 @@ class Unbound:
             self._demand[uid] = (cores, gpus)
             self._demand.move_to_end(uid)
             while len(self._demand) > self.max_pods:
-                self._demand.popitem(last=False)
+                self._waiting.discard(self._demand.popitem(last=False)[0])
+            if self.active():
+                self._waiting.add(uid)
 
     def demand(self, uid: str) -> tuple[float, float] | None:
         return self._demand.get(uid)
@@ -295,30 +300,31 @@ class Unbound:
         with self._cond:
             if by_bind_verb:
                 self._last_bind = self._monotonic()
-            if self._demand.pop(uid, None) is not None:
-                self._cond.notify_all()
-
-    def forget(self, uid: str) -> None:
-        with self._cond:
             self._demand.pop(uid, None)
+            if uid in self._waiting:
+                self._waiting.discard(uid)
+                self._cond.notify_all()
 
     def active(self) -> bool:
         return self._monotonic() - self._last_bind < self.ACTIVE_SECONDS
 
     def wait_for_others(self, uid: str) -> float:
-        """Wait until every pod answered before ``uid`` is bound; seconds waited."""
+        """Wait until every other pod answered and not yet bound is bound; seconds waited.
+
+        kube-scheduler answers one pod at a time, so these are the pods answered before
+        ``uid`` (two schedulers sharing the extender would also wait on each other's).
+        """
         if self.wait_seconds <= 0 or not self.active():
             return 0.0
         start = self._monotonic()
         deadline = start + self.wait_seconds
         outcome = None
         with self._cond:
-            while any(other != uid for other in self._demand):
+            while self._waiting - {uid}:
                 outcome = "bound"
                 left = deadline - self._monotonic()
                 if left <= 0:
-                    for other in [other for other in self._demand if other != uid]:
-                        del self._demand[other]
+                    self._waiting &= {uid}
                     outcome = "deadline"
                     self._last_bind = -math.inf
                     break

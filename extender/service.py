@@ -201,7 +201,7 @@ class Extender:
         return wire.preemption_result(keep)
 
     def bind(self, body: bytes) -> dict[str, Any]:
-        """Record the placement, then create the binding; a failed binding is forgotten.
+        """Record the placement, then create the binding.
 
         Recorded first: the next pod's filter may already be waiting on this pod (Unbound),
         and the API call takes milliseconds in which that decision would not know of it.
@@ -217,7 +217,8 @@ class Extender:
         try:
             self.binder(bargs)
         except Exception as err:  # the API's answer goes back to kube-scheduler in Error
-            self.predicted.forget(uid)  # kube-scheduler retries the pod; it is on no node
+            # The placement stays: kube-scheduler (ignorable) binds the pod to that node itself,
+            # or (not ignorable) schedules it again, and the new decision moves it (by UID).
             log.warning(
                 "bind %s/%s to %s failed: %s", escape(bargs.pod_namespace), escape(bargs.pod_name), escape(bargs.node), escape(str(err))
             )

@@ -46,6 +46,10 @@ MAX_EXTENDER_PRIORITY = 10
 MAX_NODES = 20_000
 
 
+# The HTTP status lines of the verbs' replies (the worker writes them itself, extender/worker.py).
+REASONS = {200: "200 OK", 400: "400 Bad Request", 404: "404 Not Found", 413: "413 Content Too Large", 500: "500 Internal Server Error"}
+
+
 class Encoded(bytes):
     """A reply already serialised (the HTTP layer sends it as it is)."""
 

@@ -54,8 +54,8 @@ import orjson
 from gunicorn import http, sock, util
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from joulesched.extender.app import REASONS
 from joulesched.extender.config import ExtenderConfig
+from joulesched.extender.wire import REASONS
 
 MAX_HEAD_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
@@ -157,7 +157,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         # gunicorn touches its heartbeat file on every pass of the event loop, a system call per
         # request; the arbiter only needs it within ``timeout`` (30 s).
         now = time.monotonic()
-        if now - self._notified >= 1.0:
+        if now - self._notified >= min(1.0, self.timeout / 4):
             self._notified = now
             super().notify()
 
@@ -429,7 +429,11 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         if self.nr >= self.max_requests and self.alive:
             self.log.info("Autorestarting worker after current request.")
             self.alive = False
-        status, payload = self.endpoint.serve(verb, len(body), lambda _size: body)
+        try:
+            status, payload = self.endpoint.serve(verb, len(body), lambda _size: body)
+        except Exception:  # counting the failure failed too: still an answer, never a silent hang
+            self.log.exception("internal error serving %s", verb)
+            status, payload, keep = 500, b'{"Error":"internal error"}', False
         head = (
             f"HTTP/1.1 {REASONS.get(status, f'{status} Error')}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\n{'' if keep else 'Connection: close' + chr(13) + chr(10)}\r\n"

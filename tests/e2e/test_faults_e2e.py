@@ -59,6 +59,12 @@ def two_nodes(node_factory):
     return sel, names, profiles
 
 
+def binds(cp):
+    """The extender config these tests need: deploy/'s entry names the bind verb, so the
+    extender serves it (without, each bind is a 404 that only ``ignorable`` forgives)."""
+    return {"bind": {"enabled": True}, "kubeconfig": str(cp.kubeconfig)}
+
+
 def start_energy_scheduler(scheduler_factory, url, ignorable, verbosity=2):
     name = f"faults-{uuid.uuid4().hex[:6]}"
     sched = scheduler_factory(energy_scheduler_config(name, url, ignorable=ignorable),
@@ -111,7 +117,7 @@ def test_extender_down_not_ignorable_pods_wait_then_schedule(
     started = []
     node = assert_waits_then_schedules(
         control_plane, e2e_namespace, "p",
-        lambda: started.append(extender_factory(profiles, port=port)),
+        lambda: started.append(extender_factory(profiles, binds(control_plane), port=port)),
         expect_in_event="connection refused")
     assert node == names[0]  # the extender, back, decided: the efficient node
     assert started[0].requests("filter", "200") >= 1
@@ -125,7 +131,7 @@ def test_slow_extender_ignorable_is_skipped(
         control_plane, scheduler_factory, extender_factory, fault_proxy, two_nodes,
         e2e_namespace):
     sel, names, profiles = two_nodes
-    ext = extender_factory(profiles)
+    ext = extender_factory(profiles, binds(control_plane))
     delay = http_timeout_seconds() + 1.5
     proxy = fault_proxy(ext.url, {"*": ("delay", delay)})
     name, sched = start_energy_scheduler(scheduler_factory, proxy.url, ignorable=True)
@@ -145,7 +151,7 @@ def test_slow_extender_not_ignorable_waits_then_schedules(
         control_plane, scheduler_factory, extender_factory, fault_proxy, two_nodes,
         e2e_namespace):
     sel, names, profiles = two_nodes
-    ext = extender_factory(profiles)
+    ext = extender_factory(profiles, binds(control_plane))
     proxy = fault_proxy(ext.url, {"*": ("delay", http_timeout_seconds() + 1.5)})
     name, _ = start_energy_scheduler(scheduler_factory, proxy.url, ignorable=False)
     control_plane.create_pod("p", e2e_namespace, scheduler_name=name, cpu="1",
@@ -189,7 +195,7 @@ def test_broken_extender_not_ignorable_blocks_and_retries(
         e2e_namespace, fault):
     sel, names, profiles = two_nodes
     mode, expected = FAULTS[fault]
-    ext = extender_factory(profiles)
+    ext = extender_factory(profiles, binds(control_plane))
     proxy = fault_proxy(ext.url, {"*": mode})
     name, _ = start_energy_scheduler(scheduler_factory, proxy.url, ignorable=False)
     control_plane.create_pod("p", e2e_namespace, scheduler_name=name, cpu="1",
@@ -206,7 +212,7 @@ def test_prioritize_errors_are_ignored_even_when_not_ignorable(
     """docs/extender.md: kube-scheduler only logs prioritize failures (at -v=5); the pod is
     scheduled on in-tree scores alone, so only our metrics can show it."""
     sel, names, profiles = two_nodes
-    ext = extender_factory(profiles)
+    ext = extender_factory(profiles, binds(control_plane))
     proxy = fault_proxy(ext.url, {"prioritize": ("status", 500)})
     name, sched = start_energy_scheduler(scheduler_factory, proxy.url, ignorable=False,
                                          verbosity=5)
@@ -228,7 +234,7 @@ BAD_POD = {RUNTIME_ANNOTATION: "soon"}  # not a number of seconds: HTTP 400 from
 def test_bad_request_ignorable_is_skipped_and_counted(
         control_plane, scheduler_factory, extender_factory, two_nodes, e2e_namespace):
     sel, names, profiles = two_nodes
-    ext = extender_factory(profiles)
+    ext = extender_factory(profiles, binds(control_plane))
     name, sched = start_energy_scheduler(scheduler_factory, ext.url, ignorable=True)
     assert ext.failures() == 0
     control_plane.create_pod("bad", e2e_namespace, scheduler_name=name, cpu="1",
@@ -245,7 +251,7 @@ def test_bad_request_ignorable_is_skipped_and_counted(
 def test_bad_request_not_ignorable_blocks_and_is_counted(
         control_plane, scheduler_factory, extender_factory, two_nodes, e2e_namespace):
     sel, _, profiles = two_nodes
-    ext = extender_factory(profiles)
+    ext = extender_factory(profiles, binds(control_plane))
     name, _ = start_energy_scheduler(scheduler_factory, ext.url, ignorable=False)
     control_plane.create_pod("bad", e2e_namespace, scheduler_name=name, cpu="1",
                              node_selector=sel, annotations=BAD_POD)

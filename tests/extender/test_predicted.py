@@ -129,7 +129,8 @@ def test_a_pod_never_bound_delays_one_decision_by_the_deadline_and_no_more() -> 
     unbound.decided("unschedulable", 1.0, 0.0)
     waited = unbound.wait_for_others("b")
     assert 0.25 < waited < 2.0, waited
-    assert outcomes == ["deadline"] and unbound.demand("unschedulable") is None
+    assert outcomes == ["deadline"]
+    assert unbound.demand("unschedulable") == (1.0, 0.0)  # a late bind still knows its load
     assert unbound.wait_for_others("c") < 0.1 and outcomes == ["deadline"]
     # Nothing waits again until a bind comes: a scheduler no longer binding through the
     # extender costs one wait, not one per pod.
@@ -156,3 +157,24 @@ def test_the_demand_kept_for_binds_is_bounded() -> None:
     for i in range(5):
         unbound.decided(f"p{i}", float(i), 0.0)
     assert [unbound.demand(f"p{i}") for i in range(5)] == [None, None, (2.0, 0.0), (3.0, 0.0), (4.0, 0.0)]
+
+
+def test_the_pod_watch_records_a_binding_before_it_ends_a_wait_for_it() -> None:
+    from joulesched.extender.kube import PodBindingWatch
+
+    predicted = PredictedLoad(300, 30)
+    seen = []
+
+    class Checking(Unbound):
+        def bound(self, uid: str, *, by_bind_verb: bool) -> None:
+            seen.append(predicted.placement(uid))  # what a waiter woken now would find
+            super().bound(uid, by_bind_verb=by_bind_verb)
+
+    watch = PodBindingWatch("", predicted, clock=lambda: 1000.0, unbound=Checking(0.2))
+    pod = {
+        "metadata": {"uid": "a", "name": "a", "namespace": "default"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]},
+    }
+    watch.handle("MODIFIED", pod)
+    (placed,) = seen
+    assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("n1", 2.0, True)

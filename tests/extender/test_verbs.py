@@ -130,7 +130,8 @@ def test_bind_reports_api_failures_in_error_and_records_the_placement(make_app) 
     status, reply = post(c, "bind", {**ok, "PodUID": "uid-2", "Node": "hungry"})
     assert status == 200 and "forbidden" in reply["Error"]
     assert len(calls) == 2
-    assert ext.predicted.placement("uid-2") is None  # not bound: kube-scheduler retries it
+    # kept: kube-scheduler (ignorable) binds the pod to that node itself, or schedules it again
+    assert ext.predicted.placement("uid-2").node == "hungry"
 
 
 def test_bind_records_the_placement_before_the_api_call(make_app) -> None:  # type: ignore[no-untyped-def]
@@ -272,3 +273,16 @@ def test_node_gauges_are_created_a_few_per_tick_and_rewritten_only_when_they_cha
     writer.write_once()
     assert calls == []  # n0 unchanged: not written again
     assert 'joulesched_extender_node_score{node="n4"} 5.0' in generate_latest(metrics.registry).decode()
+
+
+def test_a_config_whose_bind_wait_would_starve_its_own_bind_is_refused() -> None:
+    import pytest
+
+    from joulesched.extender.config import parse_config
+    from joulesched.policy.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"server\.threads: must be 2 or more with bind\.enabled"):
+        parse_config({"bind": {"enabled": True}, "server": {"threads": 1}}, "t.yaml")
+    with pytest.raises(ConfigError, match=r"bind\.wait_seconds"):
+        parse_config({"bind": {"enabled": True, "wait_seconds": 1.0}}, "t.yaml")  # kube-scheduler's httpTimeout
+    assert parse_config({"bind": {"enabled": True, "wait_seconds": 0}, "server": {"threads": 1}}, "t.yaml").server.threads == 1
