@@ -218,7 +218,7 @@ class Extender:
             self.binder(bargs)
         except Exception as err:  # the API's answer goes back to kube-scheduler in Error
             # The placement stays: kube-scheduler (ignorable) binds the pod to that node itself,
-            # or (not ignorable) schedules it again, and the new decision moves it (by UID).
+            # or (not ignorable) schedules it again, and its next binding moves it (by UID).
             log.warning(
                 "bind %s/%s to %s failed: %s", escape(bargs.pod_namespace), escape(bargs.pod_name), escape(bargs.node), escape(str(err))
             )
