@@ -65,6 +65,19 @@ def deploy_extender_entry(url_prefix: str, **overrides: Any) -> dict:
     return entry
 
 
+def deploy_scheduler_for(name: str, url_prefix: str) -> dict:
+    """deploy/'s scheduler configuration as a test's scheduler runs it: its one profile named
+    ``name``, its extender entry pointing at ``url_prefix``; no leader election (the harness
+    passes the config through ``scheduler_factory``, which adds what it needs)."""
+    config = deploy_scheduler_config()
+    for key in ("leaderElection", "apiVersion", "kind"):
+        config.pop(key, None)
+    (profile,) = config["profiles"]
+    profile["schedulerName"] = name
+    config["extenders"] = [deploy_extender_entry(url_prefix)]
+    return config
+
+
 def deploy_extender_config(kubeconfig, **overrides):
     """deploy/extender/config.yaml with the profile source replaced by the test's file
     (ExtenderProcess fills in the path), the Kubernetes API reached through ``kubeconfig``

@@ -25,14 +25,13 @@ counting every placement, the cheap nodes' next pod costs what it costs.
 from __future__ import annotations
 
 import collections
-import copy
 import uuid
 
 from e2e_extender import (
     EFFICIENT_CURVE,
     INEFFICIENT_CURVE,
     deploy_extender_config,
-    deploy_scheduler_config,
+    deploy_scheduler_for,
     node_profile,
     wait_all_bound,
 )
@@ -49,15 +48,9 @@ PODS = [(f"small-{i:02d}", "1") for i in range(60)] + [(f"large-{i}", "8") for i
 
 
 def scheduler_config(name: str, url: str, bind_verb: bool) -> dict:
-    config = copy.deepcopy(deploy_scheduler_config())
-    for key in ("leaderElection", "apiVersion", "kind"):
-        config.pop(key, None)
-    (profile,) = config["profiles"]
-    profile["schedulerName"] = name
-    (entry,) = config["extenders"]
-    entry["urlPrefix"] = url
+    config = deploy_scheduler_for(name, url)
     if not bind_verb:
-        entry.pop("bindVerb")
+        config["extenders"][0].pop("bindVerb")
     return config
 
 

@@ -26,10 +26,9 @@ the choice, 20-40 pods later, because kube-scheduler's own binding writes are he
 from __future__ import annotations
 
 import collections
-import copy
 import uuid
 
-from e2e_extender import EFFICIENT_CURVE, deploy_extender_config, deploy_scheduler_config, node_profile, wait_all_bound
+from e2e_extender import EFFICIENT_CURVE, deploy_extender_config, deploy_scheduler_for, node_profile, wait_all_bound
 
 NODES = 100
 CORES = 8
@@ -38,17 +37,6 @@ PODS = 160
 
 def base_utilisation(i: int) -> float:
     return 0.20 + 0.05 * (i % 10)
-
-
-def scheduler_config(name: str, url: str) -> dict:
-    config = copy.deepcopy(deploy_scheduler_config())
-    for key in ("leaderElection", "apiVersion", "kind"):
-        config.pop(key, None)
-    (profile,) = config["profiles"]
-    profile["schedulerName"] = name
-    (entry,) = config["extenders"]
-    entry["urlPrefix"] = url
-    return config
 
 
 def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace):
@@ -71,7 +59,7 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
     try:
         for p in pods:
             cp.create_pod(p, e2e_namespace, scheduler_name=name, cpu="1", memory="128Mi", node_selector=selector)
-        scheduler_factory(scheduler_config(name, ext.url), name=name)
+        scheduler_factory(deploy_scheduler_for(name, ext.url), name=name)
         placed = wait_all_bound(cp, e2e_namespace, pods, timeout=60)
     finally:
         cp.delete_all_pods(e2e_namespace)

@@ -16,14 +16,13 @@ printed (docs/policy.md records it), and the shipped setting must place every po
 from __future__ import annotations
 
 import collections
-import copy
 import uuid
 
 from e2e_extender import (
     EFFICIENT_CURVE,
     INEFFICIENT_CURVE,
     deploy_extender_config,
-    deploy_scheduler_config,
+    deploy_scheduler_for,
     node_profile,
     wait_all_bound,
 )
@@ -36,16 +35,10 @@ CORES = 64
 
 def scheduler_config(name: str, url: str, percentage: int | None) -> dict:
     """deploy/'s scheduler configuration, renamed, pointing at the test's extender."""
-    config = copy.deepcopy(deploy_scheduler_config())
-    config.pop("leaderElection", None)
-    config.pop("apiVersion", None)
-    config.pop("kind", None)
-    (profile,) = config["profiles"]
-    profile["schedulerName"] = name
-    config["extenders"][0]["urlPrefix"] = url
+    config = deploy_scheduler_for(name, url)
     if percentage is None:
         config.pop("percentageOfNodesToScore", None)
-        profile.pop("percentageOfNodesToScore", None)
+        config["profiles"][0].pop("percentageOfNodesToScore", None)
     return config
 
 
