@@ -14,7 +14,9 @@ Contenders, interleaved round by round (A B C D A B C D ...):
   keep-alive, filter passes every name, prioritize scores 0), names mode;
 * ``names``: joulesched's extender as shipped (deploy/extender/config.yaml, gunicorn, the pod
   watch) with deploy/'s extender entry (``nodeCacheCapable: true``);
-* ``full``: the same extender, ``nodeCacheCapable: false`` (full Node objects);
+* ``const-full``: the constant-score extender with ``nodeCacheCapable: false``: it echoes the
+  Node objects kube-scheduler sent without decoding them (the floor of full-Node mode);
+* ``full``: joulesched's extender, ``nodeCacheCapable: false`` (full Node objects);
 * ``watch``: names mode without the bind verb (kube-scheduler binds; the extender learns
   placements from its top choices and the pod watch only), what was shipped before the bind
   verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
@@ -83,7 +85,7 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "names", "full", "watch")
+CONTENDERS = ("alone", "const", "names", "const-full", "full", "watch")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 SCHEDULED = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -252,10 +254,10 @@ def run_burst(
     make_pods(cp, namespace, name, pods, selector)
     entry = None
     if contender != "alone":
-        entry = deploy_extender_entry(url, nodeCacheCapable=contender != "full")
-        if contender == "const":
+        entry = deploy_extender_entry(url, nodeCacheCapable=contender not in ("full", "const-full"))
+        if contender in ("const", "const-full"):
             entry.pop("preemptVerb", None)
-        if contender in ("const", "watch"):
+        if contender in ("const", "const-full", "watch"):
             entry.pop("bindVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
@@ -329,6 +331,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                 url, pid = {
                                     "alone": (None, None),
                                     "const": (const.url, const.pid),
+                                    "const-full": (const.url, const.pid),
                                     "names": (ext.url, ext.pid),
                                     "full": (ext.url, ext.pid),
                                     "watch": (ext.url, ext.pid),
@@ -358,8 +361,8 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
 
 def summarise(results: list[Burst]) -> list[str]:
     lines = [
-        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | pods/s ÷ const (median) | CPU ÷ const (median) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | kube-scheduler CPU ms/pod | pods/s ÷ const (median) | CPU ÷ const (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     configs = sorted({(b.nodes, b.qps, b.percentage) for b in results}, key=lambda c: (c[0], c[1], c[2]))
     for cfg in configs:
@@ -379,12 +382,13 @@ def summarise(results: list[Burst]) -> list[str]:
                 "–" if b.extender_cpu_ms_per_pod is None else f"{b.extender_cpu_ms_per_pod:g}" for b in mine
             )
             rate_ratio = cpu_ratio = "–"
-            if const_rate and contender in ("names", "full", "watch"):
+            if const_rate and contender in ("names", "const-full", "full", "watch"):
                 rate_ratio = f"{statistics.median(b.pods_per_s for b in mine) / const_rate:.2f}"
-            if const_cpu and contender in ("names", "full", "watch"):
+            if const_cpu and contender in ("names", "const-full", "full", "watch"):
                 cpu_ratio = f"{statistics.median(b.extender_cpu_ms_per_pod or 0 for b in mine) / const_cpu:.1f}"
+            sched = ", ".join(f"{1000 * b.scheduler_cpu_s / b.scheduled:.1f}" if b.scheduled else "–" for b in mine)
             lines.append(
-                f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {rate_ratio} | {cpu_ratio} |"
+                f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {sched} | {rate_ratio} | {cpu_ratio} |"
             )
     return lines
 

@@ -103,17 +103,17 @@ def full_node(i: int) -> dict[str, Any]:
 
 
 def request_body(mode: str, n: int) -> bytes:
+    """An ``ExtenderArgs`` as kube-scheduler encodes it (tests/e2e/testdata/README.md): Go field
+    names, all three keys, the unused one null; the pod and NodeList without kind/apiVersion."""
     pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
         "metadata": {"name": "bench", "namespace": "default", "uid": "11111111-2222-4333-8444-555555555555",
                      "labels": {"app": "bench"}, "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "bench", "uid": "x"}]},
         "spec": {"schedulerName": "joulesched",
                  "containers": [{"name": "main", "image": "registry.example/app:v1", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}]},
     }
     if mode == "names":
-        return orjson.dumps({"Pod": pod, "NodeNames": [node_name(i) for i in range(n)]})
-    return orjson.dumps({"Pod": pod, "Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [full_node(i) for i in range(n)]}})
+        return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [node_name(i) for i in range(n)]})
+    return orjson.dumps({"Pod": pod, "Nodes": {"metadata": {}, "items": [full_node(i) for i in range(n)]}, "NodeNames": None})
 
 
 # -- the floor ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import orjson
 
@@ -68,12 +68,19 @@ class Binder:
     def __init__(self, kubeconfig: str) -> None:
         self.kubeconfig = kubeconfig
         self._client: Any = None
+        self._pool: Any = None  # the API server's urllib3 connection pool (None: through a proxy)
+        self._prefix = ""  # the path the API server's URL has, if any
         self._lock = threading.Lock()
 
     def _api(self) -> Any:
         with self._lock:
             if self._client is None:
-                self._client = api_client(self.kubeconfig)
+                client = api_client(self.kubeconfig)
+                config = client.configuration
+                if not getattr(config, "proxy", None):
+                    self._pool = client.rest_client.pool_manager.connection_from_url(config.host)
+                    self._prefix = urlsplit(config.host).path.rstrip("/")
+                self._client = client
             return self._client
 
     def __call__(self, args: BindingArgs) -> None:
@@ -89,11 +96,19 @@ class Binder:
         token = config.get_api_key_with_prefix("BearerToken", alias="authorization")
         if token:
             headers["Authorization"] = token
-        url = f"{config.host}/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
+        path = f"/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
         # No retries: a bind that fails goes back to kube-scheduler, which binds the pod itself.
-        resp = client.rest_client.pool_manager.request(
-            "POST", url, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS, retries=False
-        )
+        if self._pool is None:  # through a proxy: the pool manager knows how
+            resp = client.rest_client.pool_manager.request(
+                "POST", config.host.rstrip("/") + path, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS, retries=False
+            )
+        else:
+            # Straight to the API server's connection pool: the pool manager would parse the URL
+            # and look the pool up again for every binding.
+            resp = self._pool.urlopen(
+                "POST", self._prefix + path, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS,
+                retries=False, assert_same_host=False,
+            )
         if not 200 <= resp.status < 300:
             raise ExtenderError(f"HTTP {resp.status}: {_status_message(resp.data)}")
 

@@ -16,7 +16,6 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
-import orjson
 
 from joulesched.extender import wire
 from joulesched.extender.errors import BindDisabled
@@ -130,12 +129,12 @@ class Extender:
         """
         index = snap.arrays.index
         servers = self.node_servers
-        if args.nodes is not None:
+        if args.nodes is not None and args.nodes.carries(self.server_id_label):
             from_request = {}
-            for node in args.nodes:
-                labels = (node.get("metadata") or {}).get("labels")
-                if isinstance(labels, Mapping) and isinstance(labels.get(self.server_id_label), str):
-                    from_request[node["metadata"]["name"]] = labels[self.server_id_label]
+            for i, name in enumerate(args.node_names):
+                server = args.nodes.label(i, self.server_id_label)
+                if server is not None:
+                    from_request[name] = server
             if from_request:
                 servers = {**servers, **from_request}
         if not servers:
@@ -156,7 +155,7 @@ class Extender:
     # -- verbs ----------------------------------------------------------------------------------
 
     def filter(self, body: bytes) -> dict[str, Any] | wire.Encoded:
-        args = wire.parse_extender_args(body)
+        args = wire.parse_extender_args(body, self.server_id_label)
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2])
         d = self.decide(args)
         failed = d.evaluation.failed
@@ -166,19 +165,10 @@ class Extender:
         unresolvable = {
             args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed).tolist()
         }
-        result: dict[str, Any] | wire.Encoded = wire.filter_result(args, passed, {}, unresolvable)
-        if args.nodes is not None:
-            try:
-                result = wire.Encoded(orjson.dumps(result))
-            except orjson.JSONEncodeError:
-                error = wire.nesting_error(args.nodes, "ExtenderArgs.Nodes.items")
-                if error is None:
-                    raise
-                raise error from None
-        return result
+        return wire.filter_result(args, passed, {}, unresolvable)
 
     def prioritize(self, body: bytes) -> list[dict[str, Any]]:
-        args = wire.parse_extender_args(body)
+        args = wire.parse_extender_args(body, self.server_id_label)
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2])
         d = self.decide(args)
         scores = d.evaluation.scores
@@ -187,7 +177,7 @@ class Extender:
         return wire.host_priority_list(args.node_names, scores.tolist())
 
     def explain(self, body: bytes) -> dict[str, Any]:
-        args = wire.parse_extender_args(body)
+        args = wire.parse_extender_args(body, self.server_id_label)
         d = self.decide(args)
         return explanation(d, self.policy, self.source.name)
 

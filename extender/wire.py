@@ -29,7 +29,9 @@ names the field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,28 +106,241 @@ def _pod(doc: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     return pod
 
 
-def nesting_error(items: list[Any], where: str) -> WireError | None:
-    """The first of ``items`` that orjson cannot write back (nested past its 255 levels), named."""
-    for i, item in enumerate(items):
-        try:
-            orjson.dumps(item)
-        except orjson.JSONEncodeError as err:
-            return WireError(f"{where}[{i}]: cannot be echoed back: {err}")
-    return None
+class NodeObjects:
+    """The v1.Node objects of a Nodes-mode request (``nodeCacheCapable: false``).
+
+    From kube-scheduler each node is kept as the bytes it arrived in, so that filter echoes
+    the passing nodes back unchanged without building or re-encoding them: of a 1,000-node
+    request (3 MB) the policy needs the names, and the labels only of nodes that carry
+    ``joulesched.io/server-id``. From another encoding (decoded whole) the objects are kept
+    and encoded when echoed.
+    """
+
+    __slots__ = ("_base", "_body", "_bounds", "_key", "_parsed", "_values")
+
+    def __init__(
+        self,
+        body: bytes | bytearray = b"",
+        bounds: Sequence[tuple[int, int]] = (),
+        parsed: list[Mapping[str, Any]] | None = None,
+        key: str | None = None,
+        values: Sequence[str | None] = (),
+        base: int = 0,
+    ) -> None:
+        self._body = body  # the request, as it came
+        self._base = base
+        self._bounds = bounds  # where each node's JSON object starts and ends in it, from base
+        self._parsed = parsed  # or the decoded objects
+        self._key = key  # a label read with the scan: each node's value of it, in values
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._bounds) if self._parsed is None else len(self._parsed)
+
+    def decoded(self) -> list[Mapping[str, Any]]:
+        """The objects, decoded (tests, and nothing on the hot path)."""
+        if self._parsed is None:
+            view = memoryview(self._body)[self._base :]
+            return [orjson.loads(view[s:e]) for s, e in self._bounds]
+        return list(self._parsed)
+
+    def carries(self, key: str) -> bool:
+        """Whether any node may carry label ``key`` (False: none does)."""
+        if self._parsed is not None or not self._bounds:
+            return self._parsed is not None
+        if key == self._key:
+            return self._values.count(None) != len(self._values)
+        base = self._base
+        return self._body.find(orjson.dumps(key), base + self._bounds[0][0], base + self._bounds[-1][1]) >= 0
+
+    def label(self, i: int, key: str) -> str | None:
+        """Node ``i``'s label ``key`` (a string), or None."""
+        if self._parsed is None:
+            if key == self._key:
+                return self._values[i]
+            s, e = self._bounds[i]
+            s, e = s + self._base, e + self._base
+            if self._body.find(orjson.dumps(key), s, e) < 0:  # most nodes carry no such label
+                return None
+            node = orjson.loads(memoryview(self._body)[s:e])
+        else:
+            node = self._parsed[i]
+        meta = node.get("metadata")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        value = labels.get(key) if isinstance(labels, Mapping) else None
+        return value if isinstance(value, str) else None
+
+    def echo(self, positions: list[int]) -> bytes | memoryview:
+        """The comma-separated JSON of the nodes at ``positions``."""
+        if self._parsed is None:
+            bounds = self._bounds
+            view = memoryview(self._body)[self._base :]
+            if len(positions) == len(bounds):  # every node: one slice
+                return view[bounds[0][0] : bounds[-1][1]] if bounds else b""
+            return b",".join(view[bounds[i][0] : bounds[i][1]] for i in positions)
+        out = []
+        for i in positions:
+            try:
+                out.append(orjson.dumps(self._parsed[i]))
+            except orjson.JSONEncodeError as err:
+                raise WireError(f"ExtenderArgs.Nodes.items[{i}]: cannot be echoed back: {err}") from None
+        return b",".join(out)
 
 
 @dataclass(frozen=True)
 class ExtenderArgs:
     pod: Mapping[str, Any]
     node_names: list[str]
-    nodes: list[Mapping[str, Any]] | None  # the full v1.Node objects when sent (nodeCacheCapable: false)
+    nodes: NodeObjects | None  # the full v1.Node objects when sent (nodeCacheCapable: false)
 
     @property
     def node_cache_capable(self) -> bool:
         return self.nodes is None
 
 
-def parse_extender_args(body: bytes) -> ExtenderArgs:
+# kube-scheduler's encoding of a Nodes-mode ExtenderArgs (Go's encoding/json, compact, fields in
+# declaration order; tests/e2e/testdata/README.md): the NodeList without kind/apiVersion or list
+# metadata, NodeNames null, every node's first key its metadata and that one's its name.
+_SCHEDULER_HEAD = b'{"Pod":'
+_SCHEDULER_NODES = b',"Nodes":{"metadata":{},"items":['
+_SCHEDULER_TAIL = b']},"NodeNames":null}'
+_NODE_START = b'{"metadata":{"name":"'
+_STRING_REST = re.compile(rb'((?:[^"\\]|\\.)*)"')  # a JSON string's content and closing quote
+
+
+def _scan_scheduler_nodes(body: bytes, label: str | None = None) -> ExtenderArgs | None:
+    """A Nodes-mode body in kube-scheduler's encoding, read without decoding the nodes.
+
+    The pod is decoded; of each node, where it starts and its name are read, and its bytes
+    are checked to be one valid node object (decoded unless they are a node's of a list read
+    before, see :func:`_known_nodes`). None when the body is not exactly that encoding (another client's,
+    another key order, whitespace) or anything in it is malformed: then
+    :func:`parse_extender_args` decodes it whole, and names what is wrong. Sound because within
+    a JSON string every quote is escaped, so ``{"metadata":{"name":"`` occurs only where an
+    object starts, and a v1.Node holds no object whose first key is ``metadata`` but itself;
+    a node the scan missed would leave two objects in one span, which the check refuses.
+    Each node's value of ``label``, if given, is read when the node is decoded, and kept
+    with the list.
+    """
+    if not body.startswith(_SCHEDULER_HEAD) or not body.endswith(_SCHEDULER_TAIL):
+        return None
+    split = body.find(_SCHEDULER_NODES)
+    if split < 0:
+        return None
+    try:
+        doc = orjson.loads(memoryview(body)[:split].tobytes() + b"}")
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict) or len(doc) != 1:
+        return None
+    begin, end = split + len(_SCHEDULER_NODES), len(body) - len(_SCHEDULER_TAIL)
+    for seen in tuple(_LAST_NODE_LISTS):  # the same nodes as a request just read: nothing to scan
+        if seen.label == label and len(seen.data) == end - begin and body.startswith(seen.data, begin):
+            nodes = NodeObjects(body, seen.bounds, key=label, values=seen.values, base=begin)
+            return ExtenderArgs(_pod(doc, "ExtenderArgs"), list(seen.names), nodes)
+    starts: list[int] = []
+    names: list[str] = []
+    find = body.find
+    at = find(_NODE_START, begin, end)
+    while at >= 0:
+        first = at + len(_NODE_START)
+        close = find(b'"', first, end)
+        if close < 0:
+            return None
+        raw = body[first:close]
+        try:
+            if b"\\" in raw:  # escapes: the quote found may be one of them
+                m = _STRING_REST.match(body, first, end)
+                if m is None:
+                    return None
+                close = m.end() - 1
+                name = orjson.loads(b'"' + m.group(1) + b'"')
+            else:
+                name = raw.decode()
+        except (orjson.JSONDecodeError, UnicodeDecodeError):
+            return None
+        starts.append(at)
+        names.append(name)
+        at = find(_NODE_START, close, end)
+    if not starts:
+        return None if begin != end else ExtenderArgs(_pod(doc, "ExtenderArgs"), [], NodeObjects(key=label))
+    if starts[0] != begin or body[end - 1] != ord("}") or any(body[s - 2 : s] != b"}," for s in starts[1:]):
+        return None
+    _check_count(len(starts), "ExtenderArgs.Nodes.items")
+    for i, name in enumerate(names):
+        if not name:
+            raise WireError(f"ExtenderArgs.Nodes.items[{i}].metadata.name: required string")
+    bounds = list(zip(starts, [*(s - 1 for s in starts[1:]), end], strict=True))
+    values = _known_nodes(body, bounds, names, label)
+    if values is None:
+        return None
+    pod = _pod(doc, "ExtenderArgs")
+    relative = [(s - begin, e - begin) for s, e in bounds]
+    kept = _NodeList(memoryview(body)[begin:end].tobytes(), label, tuple(names), relative, values, {name: i for i, name in enumerate(names)})
+    _LAST_NODE_LISTS.appendleft(kept)
+    return ExtenderArgs(pod, names, NodeObjects(body, relative, key=label, values=values, base=begin))
+
+
+@dataclass(frozen=True)
+class _NodeList:
+    """The node list of a request read by the scan: its bytes, and what was read of them."""
+
+    data: bytes
+    label: str | None
+    names: tuple[str, ...]
+    bounds: list[tuple[int, int]]  # from the list's start
+    values: list[str | None]
+    where: dict[str, int]  # name -> position
+
+
+# The node lists of the last two requests read by the scan (filter's and prioritize's differ
+# when a node is filtered out). kube-scheduler sends the same bytes with every pod until a node
+# changes: a list compared whole costs a tenth of reading it, and a node compared with its
+# bytes in a kept list costs no decoding. At most 2 × the list is kept.
+_LAST_NODE_LISTS: deque[_NodeList] = deque(maxlen=2)
+
+
+def _known_nodes(body: bytes, bounds: list[tuple[int, int]], names: list[str], label: str | None) -> list[str | None] | None:
+    """Each node's value of ``label``, once every span is known to be one node object of that
+    name (None: one is not, and the body is decoded whole).
+
+    A node whose bytes are those of the node of that name in a list read before is known; any
+    other is decoded (a node that changed, or a list never seen). kube-scheduler resends every
+    node with every pod, and a node's object changes every few minutes at most (its status
+    report), so most requests decode a few nodes, or none.
+    """
+    view = memoryview(body)
+    seen = [kept for kept in tuple(_LAST_NODE_LISTS) if kept.label == label]  # another thread may add one
+    values: list[str | None] = []
+    for i, (s, e) in enumerate(bounds):
+        name = names[i]
+        for kept in seen:
+            j = kept.where.get(name)
+            if j is not None:
+                ks, ke = kept.bounds[j]
+                if ke - ks == e - s and body.startswith(memoryview(kept.data)[ks:ke], s):  # a memcmp
+                    values.append(kept.values[j])
+                    break
+        else:
+            try:
+                node = orjson.loads(view[s:e])
+            except orjson.JSONDecodeError:
+                return None  # malformed, or two objects where the scan saw one
+            meta = node["metadata"]
+            if meta["name"] != name:
+                return None
+            labels = meta.get("labels")
+            value = labels.get(label) if label is not None and isinstance(labels, dict) else None
+            values.append(value if isinstance(value, str) else None)
+    return values
+
+
+def parse_extender_args(body: bytes, label: str | None = None) -> ExtenderArgs:
+    """The request; in Nodes mode, ``label`` is a node label the caller will ask each node for."""
+    if body[:1] == b"{" and body.endswith(_SCHEDULER_TAIL):
+        scanned = _scan_scheduler_nodes(body, label)
+        if scanned is not None:
+            return scanned
     doc = _object(decode(body), "ExtenderArgs")
     pod = _pod(doc, "ExtenderArgs")
     names_value = field(doc, "NodeNames")
@@ -146,7 +361,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
             if not isinstance(name, str) or not name:
                 raise WireError(f"ExtenderArgs.Nodes.items[{i}].metadata.name: required string")
             names.append(name)
-        return ExtenderArgs(pod, names, items)
+        return ExtenderArgs(pod, names, NodeObjects(parsed=items))
     if names_value is not None:
         if not isinstance(names_value, list):
             raise WireError(f"ExtenderArgs.NodeNames: must be an array of strings, got {_kind(names_value)}")
@@ -168,23 +383,24 @@ def _check_count(count: int, where: str) -> None:
 
 def filter_result(
     args: ExtenderArgs, passed: list[int], failed: dict[str, str], unresolvable: dict[str, str]
-) -> dict[str, Any]:
+) -> dict[str, Any] | Encoded:
     """``ExtenderFilterResult`` for the candidates at positions ``passed``.
 
     ``NodeNames`` is always a list (never null: a null NodeNames filters out every node in
-    nodeCacheCapable mode); in Nodes mode the passing node objects are echoed unchanged.
+    nodeCacheCapable mode). In Nodes mode the passing node objects are echoed as they came, and
+    the reply is returned encoded.
     """
     names = [args.node_names[i] for i in passed]
     result: dict[str, Any] = {
-        "Nodes": None,
         "NodeNames": names,
         "FailedNodes": failed,
         "FailedAndUnresolvableNodes": unresolvable,
         "Error": "",
     }
-    if args.nodes is not None:
-        result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": [args.nodes[i] for i in passed]}
-    return result
+    if args.nodes is None:
+        return {"Nodes": None, **result}
+    head = b'{"Nodes":{"apiVersion":"v1","kind":"NodeList","metadata":{},"items":['
+    return Encoded(b"".join((head, args.nodes.echo(passed), b"]},", memoryview(orjson.dumps(result))[1:])))
 
 
 def host_priority_list(names: list[str], scores: list[int]) -> list[dict[str, Any]]:

@@ -192,7 +192,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             self._ssl_context = sock.ssl_context(self.cfg)
         return self._ssl_context
 
-    def _start_reading(self, conn: FrontConn, data: bytearray) -> None:
+    def _start_reading(self, conn: FrontConn, data: bytearray, readable: bool = False) -> None:
         conn.buf = data
         conn.head = None
         conn.body = None
@@ -204,16 +204,23 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         conn.deadline = time.monotonic() + self.request_timeout
         self.buffered += len(data)
         self.reading.add(conn)
-        if data and self._parse(conn):
+        if readable:  # read what is there now, not after another pass of the event loop
+            if self._read(conn):
+                return
+        elif data and self._parse(conn):
             return
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
 
     def on_client_socket_readable(self, conn: FrontConn, client: socket.socket) -> None:
         self.poller.unregister(client)
         self.keepalived_conns.remove(conn)
-        self._start_reading(conn, bytearray())
+        self._start_reading(conn, bytearray(), readable=True)
 
     def _on_readable(self, conn: FrontConn, _sock: Any) -> None:
+        self._read(conn)
+
+    def _read(self, conn: FrontConn) -> bool:
+        """Read what the socket holds; True when the connection left the reading set."""
         s = conn.sock
         try:
             if not conn.handshaken:
@@ -224,20 +231,20 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 chunk = s.recv(262144)
                 if not chunk:
                     self._drop(conn)
-                    return
+                    return True
                 conn.buf += chunk
                 self.buffered += len(chunk)
                 if self.buffered + self.inflight > self.budget:
                     self._reject(conn, 503, "busy", "the extender is reading too many large requests at once; retry")
-                    return
+                    return True
                 if len(chunk) < 262144 and not isinstance(s, ssl.SSLSocket):
                     break
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
             pass
         except (OSError, ssl.SSLError):
             self._drop(conn)
-            return
-        self._parse(conn)
+            return True
+        return self._parse(conn)
 
     def _parse(self, conn: FrontConn) -> bool:
         """Hand the request on once it is complete; True when it left the reading set."""
@@ -440,7 +447,11 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         )
         try:
             conn.sock.settimeout(self.request_timeout)
-            conn.sock.sendall(head.encode() + payload)
+            if len(payload) < 65536:
+                conn.sock.sendall(head.encode() + payload)  # one segment
+            else:  # Nodes mode's megabytes: not copied once more to go after the head
+                conn.sock.sendall(head.encode())
+                conn.sock.sendall(payload)
         except (OSError, ssl.SSLError) as e:
             self.log.debug("Closing connection: %s", e)
             return False

@@ -17,6 +17,8 @@ import pytest
 from cluster import ControlPlane
 from processes import live_pids, pid_alive
 
+from joulesched.extender import wire
+
 TESTDATA = Path(__file__).resolve().parent / "testdata"
 # The release hack/build-k8s.sh pins, or the other minor the suite also runs on
 # (JOULESCHED_K8S_VERSION with JOULESCHED_K8S_BIN_DIR, as .ci/run sets them).
@@ -136,7 +138,7 @@ class RecordingExtender:
                 body = json.loads(raw)
                 ext.requests.append({"path": self.path,
                                      "content_type": self.headers.get("Content-Type"),
-                                     "body": body})
+                                     "body": body, "raw": raw})
                 verb = self.path.rsplit("/", 1)[-1]
                 names = ext._names(body)
                 if verb == "filter":
@@ -264,6 +266,16 @@ def test_extender_is_called_with_expected_wire_format(
             assert sorted(n["metadata"]["name"] for n in items) == \
                 [f"wire-{tag}-a", f"wire-{tag}-b"]
             assert items[0]["status"]["allocatable"]["cpu"] == "4"
+
+    if not node_cache_capable:
+        # The bytes as kube-scheduler sent them are what the extender reads without decoding
+        # the nodes (extender/wire.py, _scan_scheduler_nodes), to the same result.
+        for r in ext.requests:
+            scanned = wire._scan_scheduler_nodes(r["raw"])
+            assert scanned is not None, r["raw"][:200]
+            assert scanned.node_names == ext._names(r["body"])
+            assert scanned.nodes.decoded() == r["body"]["Nodes"]["items"]
+            assert scanned.pod == r["body"]["Pod"]
 
     gf = _golden(f"extender_filter_args_nodecachecapable_{tag}.json", filt[0])
     gp = _golden(f"extender_prioritize_args_nodecachecapable_{tag}.json", prio[0])

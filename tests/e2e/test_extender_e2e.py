@@ -104,8 +104,11 @@ def test_energy_aware_scheduler_prefers_efficient_nodes(
 # 2. the power cap filter
 # --------------------------------------------------------------------------
 
+@pytest.mark.parametrize("node_cache_capable", [True, False],
+                         ids=["nodeCacheCapable-true", "nodeCacheCapable-false"])
 def test_power_cap_filter(control_plane, node_factory, scheduler_factory, extender_factory,
-                          e2e_namespace):
+                          e2e_namespace, node_cache_capable):
+    # Full Nodes: the filter echoes the one passing node as the bytes kube-scheduler sent.
     cp, ns, tag = control_plane, e2e_namespace, uid_tag()
     sel = {"e2e-test": f"cap-{tag}"}
     hot, cool = f"hot-{tag}", f"cool-{tag}"
@@ -122,7 +125,8 @@ def test_power_cap_filter(control_plane, node_factory, scheduler_factory, extend
     ]}
     ext = extender_factory(profiles, deploy_extender_config(cp.kubeconfig))
     name = f"joule-cap-{tag}"
-    sched = scheduler_factory(energy_scheduler_config(name, ext.url), name=name)
+    sched = scheduler_factory(
+        energy_scheduler_config(name, ext.url, nodeCacheCapable=node_cache_capable), name=name)
 
     # Without the cap the hot node would be the cheaper place (it would win the score).
     probe = {"Pod": {"metadata": {"name": "probe", "namespace": ns, "uid": "probe"},

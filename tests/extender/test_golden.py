@@ -100,7 +100,14 @@ def test_golden_request_parses(path: Path) -> None:
         assert doc["Nodes"] is None and args.nodes is None
     else:
         assert doc["NodeNames"] is None
-        assert args.nodes == doc["Nodes"]["items"]  # the full v1.Node objects, unchanged
+        assert args.nodes.decoded() == doc["Nodes"]["items"]  # the full v1.Node objects, unchanged
+        # On the wire kube-scheduler's encoding is compact (Go's encoding/json), and read
+        # without decoding the nodes: the same pod, names and objects.
+        compact = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        scanned = wire._scan_scheduler_nodes(compact)
+        assert scanned is not None
+        assert (scanned.pod, scanned.node_names) == (args.pod, args.node_names)
+        assert scanned.nodes.decoded() == doc["Nodes"]["items"]
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])

@@ -12,14 +12,21 @@ from tests.extender.support import Clock, make_node, make_pod, post
 NAMES = ["efficient", "hungry", "capped", "stranger"]
 
 
+MODES = ["names", "nodes", "nodes-decoded"]
+MODE_IDS = ["nodeCacheCapable true", "nodeCacheCapable false", "nodeCacheCapable false, another encoding"]
+
+
 def args(mode: str, names: list[str] = NAMES, pod: dict | None = None) -> dict:
     pod = pod or make_pod()
     if mode == "names":
         return {"Pod": pod, "NodeNames": names}
-    return {"Pod": pod, "Nodes": {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [make_node(n) for n in names]}}
+    items = [make_node(n) for n in names]
+    if mode == "nodes":  # kube-scheduler's encoding: read without decoding the nodes
+        return {"Pod": pod, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}
+    return {"Pod": pod, "Nodes": {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items}}
 
 
-@pytest.mark.parametrize("mode", ["names", "nodes"], ids=["nodeCacheCapable true", "nodeCacheCapable false"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_prioritize_answers_a_bare_array_of_integer_scores_one_per_candidate(client: FlaskClient, mode: str) -> None:
     status, reply = post(client, "prioritize", args(mode))
     assert status == 200
@@ -40,7 +47,7 @@ def test_prioritize_wire_bytes_are_what_kube_schedulers_decoder_reads(client: Fl
     assert reply.mimetype == "application/json"
 
 
-@pytest.mark.parametrize("mode", ["names", "nodes"], ids=["nodeCacheCapable true", "nodeCacheCapable false"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_filter_fails_capped_nodes_as_unresolvable_and_keeps_the_rest(client: FlaskClient, mode: str) -> None:
     status, reply = post(client, "filter", args(mode))
     assert status == 200
@@ -50,7 +57,7 @@ def test_filter_fails_capped_nodes_as_unresolvable_and_keeps_the_rest(client: Fl
     assert list(reply["FailedAndUnresolvableNodes"]) == ["capped"]
     assert "power cap" in reply["FailedAndUnresolvableNodes"]["capped"]
     assert reply["Error"] == ""
-    if mode == "nodes":
+    if mode != "names":
         sent = {n["metadata"]["name"]: n for n in args(mode)["Nodes"]["items"]}
         assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == reply["NodeNames"]
         assert all(n == sent[n["metadata"]["name"]] for n in reply["Nodes"]["items"])  # echoed unchanged
@@ -65,8 +72,9 @@ def test_filter_never_leaves_both_node_fields_null_even_when_all_fail(client: Fl
 
 def test_empty_candidate_list_is_answered_not_rejected(client: FlaskClient) -> None:
     assert post(client, "prioritize", args("names", [])) == (200, [])
-    status, reply = post(client, "filter", args("nodes", []))
-    assert status == 200 and reply["Nodes"]["items"] == [] and reply["NodeNames"] == []
+    for mode in ("nodes", "nodes-decoded"):
+        status, reply = post(client, "filter", args(mode, []))
+        assert status == 200 and reply["Nodes"]["items"] == [] and reply["NodeNames"] == []
 
 
 def test_keys_are_matched_like_gos_decoder_case_insensitively(client: FlaskClient) -> None:
@@ -234,7 +242,8 @@ def test_virtual_nodes_are_scored_on_the_profile_of_their_physical_server(tmp_pa
         {"metadata": {"name": "vm-3"}},
     ]
     expected = [{"Host": "vm-1", "Score": 0}, {"Host": "vm-2", "Score": 10}, {"Host": "vm-3", "Score": 5}]
-    # Nodes mode: the labels come with the request.
+    # Nodes mode: the labels come with the request, in kube-scheduler's encoding or another.
+    assert post(c, "prioritize", {"Pod": make_pod(), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}) == (200, expected)
     assert post(c, "prioritize", {"Pod": make_pod(), "Nodes": {"items": items}}) == (200, expected)
     # NodeNames mode: the labels come from the node watch.
     app.extensions["joulesched"]["extender"].node_servers = {"vm-1": "srv-b", "vm-2": "srv-a"}
