@@ -69,7 +69,8 @@ class ExtenderConfig:
     max_request_bytes: int = setting(
         16 * 1024 * 1024,
         "larger bodies get HTTP 413 before they are read; 5,000 full Nodes are ~14 MiB, 5,000"
-        " NodeNames ~0.1 MiB; a worker needs up to 5 x this per request in flight, at most two"
+        " NodeNames ~0.1 MiB; a worker needs up to 5 x this per request in flight, at most two,"
+        " and keeps the node lists of the last two full-Node requests, up to 2 x this"
         " (docs/benchmarks.md, \"Memory\")",
         kind="number",
         minimum=1024,

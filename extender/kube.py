@@ -107,7 +107,7 @@ class Binder:
             # and look the pool up again for every binding.
             resp = self._pool.urlopen(
                 "POST", self._prefix + path, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS,
-                retries=False, assert_same_host=False,
+                retries=False, redirect=False, assert_same_host=False,
             )
         if not 200 <= resp.status < 300:
             raise ExtenderError(f"HTTP {resp.status}: {_status_message(resp.data)}")

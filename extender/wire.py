@@ -150,8 +150,7 @@ class NodeObjects:
             return self._parsed is not None
         if key == self._key:
             return self._values.count(None) != len(self._values)
-        base = self._base
-        return self._body.find(orjson.dumps(key), base + self._bounds[0][0], base + self._bounds[-1][1]) >= 0
+        return True  # not read with the scan: maybe
 
     def label(self, i: int, key: str) -> str | None:
         """Node ``i``'s label ``key`` (a string), or None."""
@@ -159,10 +158,7 @@ class NodeObjects:
             if key == self._key:
                 return self._values[i]
             s, e = self._bounds[i]
-            s, e = s + self._base, e + self._base
-            if self._body.find(orjson.dumps(key), s, e) < 0:  # most nodes carry no such label
-                return None
-            node = orjson.loads(memoryview(self._body)[s:e])
+            node = orjson.loads(memoryview(self._body)[self._base + s : self._base + e])
         else:
             node = self._parsed[i]
         meta = node.get("metadata")
@@ -231,13 +227,13 @@ def _scan_scheduler_nodes(body: bytes, label: str | None = None) -> ExtenderArgs
         doc = orjson.loads(memoryview(body)[:split].tobytes() + b"}")
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(doc, dict) or len(doc) != 1:
+    if not isinstance(doc, dict) or len(doc) != 1 or not _pod_is_valid(doc):
         return None
     begin, end = split + len(_SCHEDULER_NODES), len(body) - len(_SCHEDULER_TAIL)
     for seen in tuple(_LAST_NODE_LISTS):  # the same nodes as a request just read: nothing to scan
         if seen.label == label and len(seen.data) == end - begin and body.startswith(seen.data, begin):
             nodes = NodeObjects(body, seen.bounds, key=label, values=seen.values, base=begin)
-            return ExtenderArgs(_pod(doc, "ExtenderArgs"), list(seen.names), nodes)
+            return ExtenderArgs(doc["Pod"], list(seen.names), nodes)
     starts: list[int] = []
     names: list[str] = []
     find = body.find
@@ -259,22 +255,20 @@ def _scan_scheduler_nodes(body: bytes, label: str | None = None) -> ExtenderArgs
                 name = raw.decode()
         except (orjson.JSONDecodeError, UnicodeDecodeError):
             return None
+        if not name or len(starts) == MAX_NODES:
+            return None  # decoded whole, which names the problem
         starts.append(at)
         names.append(name)
         at = find(_NODE_START, close, end)
     if not starts:
-        return None if begin != end else ExtenderArgs(_pod(doc, "ExtenderArgs"), [], NodeObjects(key=label))
+        return None if begin != end else ExtenderArgs(doc["Pod"], [], NodeObjects(key=label))
     if starts[0] != begin or body[end - 1] != ord("}") or any(body[s - 2 : s] != b"}," for s in starts[1:]):
         return None
-    _check_count(len(starts), "ExtenderArgs.Nodes.items")
-    for i, name in enumerate(names):
-        if not name:
-            raise WireError(f"ExtenderArgs.Nodes.items[{i}].metadata.name: required string")
     bounds = list(zip(starts, [*(s - 1 for s in starts[1:]), end], strict=True))
     values = _known_nodes(body, bounds, names, label)
     if values is None:
         return None
-    pod = _pod(doc, "ExtenderArgs")
+    pod = doc["Pod"]
     relative = [(s - begin, e - begin) for s, e in bounds]
     kept = _NodeList(memoryview(body)[begin:end].tobytes(), label, tuple(names), relative, values, {name: i for i, name in enumerate(names)})
     _LAST_NODE_LISTS.appendleft(kept)
@@ -298,6 +292,14 @@ class _NodeList:
 # changes: a list compared whole costs a tenth of reading it, and a node compared with its
 # bytes in a kept list costs no decoding. At most 2 × the list is kept.
 _LAST_NODE_LISTS: deque[_NodeList] = deque(maxlen=2)
+
+
+def _pod_is_valid(doc: Mapping[str, Any]) -> bool:
+    try:
+        _pod(doc, "ExtenderArgs")
+    except WireError:
+        return False
+    return True
 
 
 def _known_nodes(body: bytes, bounds: list[tuple[int, int]], names: list[str], label: str | None) -> list[str | None] | None:
@@ -326,9 +328,9 @@ def _known_nodes(body: bytes, bounds: list[tuple[int, int]], names: list[str], l
                 node = orjson.loads(view[s:e])
             except orjson.JSONDecodeError:
                 return None  # malformed, or two objects where the scan saw one
-            meta = node["metadata"]
-            if meta["name"] != name:
-                return None
+            meta = node.get("metadata")
+            if not isinstance(meta, dict) or meta.get("name") != name:
+                return None  # a repeated key, or not the name the scan read: decoded whole
             labels = meta.get("labels")
             value = labels.get(label) if label is not None and isinstance(labels, dict) else None
             values.append(value if isinstance(value, str) else None)

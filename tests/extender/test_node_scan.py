@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import orjson
@@ -20,6 +21,14 @@ from joulesched.extender.bench import full_node
 from tests.extender.support import make_pod
 
 LABEL = "joulesched.io/server-id"
+
+
+@pytest.fixture(autouse=True)
+def no_kept_lists() -> Any:
+    """Each test starts with no node list read before (they are kept across requests)."""
+    wire._LAST_NODE_LISTS.clear()
+    yield
+    wire._LAST_NODE_LISTS.clear()
 
 
 def scheduler_body(items: list[dict[str, Any]], pod: dict[str, Any] | None = None) -> bytes:
@@ -126,6 +135,10 @@ def test_a_malformed_body_in_kube_schedulers_shape_is_a_wire_error_naming_it() -
     with pytest.raises(wire.WireError, match="request body is not valid JSON"):
         wire.parse_extender_args(broken)  # still refused: what is known valid is bytes, not names
     assert wire._scan_scheduler_nodes(broken) is None
+    same_length = body.replace(b'"status":{"', b'"status":{,', 1)  # as long as a node kept valid
+    assert len(same_length) == len(body)
+    with pytest.raises(wire.WireError, match="request body is not valid JSON"):
+        wire.parse_extender_args(same_length)
     no_pod = body.replace(b'{"Pod":' + orjson.dumps(make_pod()), b'{"Pod":null', 1)
     with pytest.raises(wire.WireError, match=r"ExtenderArgs.Pod: required"):
         wire.parse_extender_args(no_pod)
@@ -150,3 +163,58 @@ def test_a_node_list_read_before_is_not_read_again_and_a_changed_one_is() -> Non
     other_pod = scheduler_body(items, pod={**make_pod(), "metadata": {"name": "other", "namespace": "default", "uid": "u2"}})
     args = wire.parse_extender_args(other_pod, LABEL)  # same nodes, another pod: the pod is its own
     assert wire.pod_identity(args.pod) == ("default", "other", "u2")
+
+
+@pytest.mark.parametrize(
+    "node, expected",
+    [
+        (b'{"metadata":{"name":"a"},"metadata":5}', "Nodes.items[0].metadata.name: required string"),
+        (b'{"metadata":{"name":"a"},"metadata":null}', "Nodes.items[0].metadata.name: required string"),
+        (b'{"metadata":{"name":"a"},"metadata":{}}', "Nodes.items[0].metadata.name: required string"),
+        (b'{"metadata":{"name":"","name":"x"}}', None),  # the last key wins, as in Go: node x
+    ],
+    ids=["metadata repeated: a number", "metadata repeated: null", "metadata repeated: empty", "name repeated"],
+)
+def test_repeated_keys_are_read_as_decoding_the_whole_body_reads_them(node: bytes, expected: str | None) -> None:
+    body = b'{"Pod":' + orjson.dumps(make_pod()) + b',"Nodes":{"metadata":{},"items":[' + node + b']},"NodeNames":null}'
+    if expected is None:
+        assert wire.parse_extender_args(body).node_names == ["x"]
+    else:
+        with pytest.raises(wire.WireError, match=re.escape(expected)):
+            wire.parse_extender_args(body)
+
+
+def test_gos_escapes_read_as_decoding_reads_them() -> None:
+    """Go's encoder writes <, >, & and U+2028/2029 as \\u escapes (json.Marshal's HTML safety)."""
+    node = full_node(0)
+    node["metadata"]["labels"][LABEL] = "a<b>&c\u2028"
+    node["metadata"]["annotations"]["x"] = "</script>"
+    raw = scheduler_body([node, full_node(1)])
+    go = raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
+    args = wire.parse_extender_args(go, LABEL)
+    assert args.nodes is not None
+    assert args.nodes.label(0, LABEL) == "a<b>&c\u2028"
+    assert args.nodes.decoded() == [node, full_node(1)]
+    assert go[go.index(b'"items":[') + 9 : go.rindex(b"]},")] in bytes(wire.filter_result(args, [0, 1], {}, {}))
+
+
+def test_a_kept_list_is_used_only_where_it_answers_the_same_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    items = [full_node(i) for i in range(3)]
+    items[1]["metadata"]["labels"][LABEL] = "srv-x"
+    body = scheduler_body(items)
+    assert wire.parse_extender_args(body).nodes.label(1, LABEL) == "srv-x"  # type: ignore[union-attr]
+    # Kept without the label: a request asking for it reads the nodes again.
+    args = wire.parse_extender_args(body, LABEL)
+    assert args.nodes is not None and args.nodes.label(1, LABEL) == "srv-x" and args.nodes.carries(LABEL)
+    # Kept with it: the same list, under another pod (so at another offset), is compared, not read.
+    calls = []
+    monkeypatch.setattr(wire, "_known_nodes", lambda *a: calls.append(a))
+    other = scheduler_body(items, pod={**make_pod(), "metadata": {"name": "a-longer-name", "namespace": "x", "uid": "u9"}})
+    args = wire.parse_extender_args(other, LABEL)
+    assert calls == []
+    assert wire.pod_identity(args.pod) == ("x", "a-longer-name", "u9")
+    assert args.node_names == [n["metadata"]["name"] for n in items]
+    assert args.nodes is not None and args.nodes.decoded() == items
+    assert [args.nodes.label(i, LABEL) for i in range(3)] == [None, "srv-x", None]
+    assert orjson.loads(bytes(wire.filter_result(args, [0, 1, 2], {}, {})))["Nodes"]["items"] == items
+    assert orjson.loads(bytes(wire.filter_result(args, [2], {}, {})))["Nodes"]["items"] == [items[2]]
