@@ -11,8 +11,9 @@ one of the few threads, and kube-scheduler's calls queue behind them past their 
 blocking: the head, then ``Content-Length`` bytes of body, all within
 ``server.request_timeout_seconds`` of the connection's first byte (or of its acceptance).
 Only then does a pool thread get it, with the body already in memory, so a thread waits on the
-CPU and never on a client. Slow, idle and lying clients cost a file descriptor each until their
-deadline, not a thread. The rules, each answered with a JSON error and counted in
+CPU and on no client, but for the ``NEXT_REQUEST_SECONDS`` (2 ms) after a reply in which a
+client's next request, if it comes whole, is answered by the same thread. Slow, idle and lying
+clients cost a file descriptor each until their deadline, not a thread. The rules, each answered with a JSON error and counted in
 ``joulesched_extender_failures_total{verb="http"}``:
 
 * a request not read in full by its deadline: 408, connection closed;
@@ -43,6 +44,7 @@ handshake asks for one but lets the kubelet's probes in without).
 from __future__ import annotations
 
 import errno
+import select
 import selectors
 import socket
 import ssl
@@ -59,6 +61,8 @@ from joulesched.extender.wire import REASONS
 
 MAX_HEAD_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
+NEXT_REQUEST_SECONDS = 0.002  # kube-scheduler's next request on a connection: 0.5–2 ms later
+NEXT_REQUEST_BYTES = 262144
 _REASONS = {
     403: "Forbidden",
     408: "Request Timeout",
@@ -150,6 +154,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         self.budget = 2 * self.max_body
         self.endpoint = extension.get("endpoint")
         self.verb_prefix = (config.prefix.rstrip("/") + "/").encode()
+        # Answering a client's next request in the thread that answered the last: plain TCP
+        # only (a TLS socket can hold decrypted bytes that select does not see).
+        self.follow_up = self.endpoint is not None and not self.cfg.is_ssl
         self._notified = 0.0
         super().run()
 
@@ -421,10 +428,29 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         return False
 
     def _serve_verb(self, conn: FrontConn) -> bool:
-        """The direct verb path: True to keep the connection for the next request."""
+        """The direct verb path: True to keep the connection for the next request.
+
+        After a reply the thread waits up to ``NEXT_REQUEST_SECONDS`` for the client's next
+        request and, when what arrives is one whole verb request and nothing more, answers it
+        too: kube-scheduler's requests come a millisecond or two apart, and each hop through
+        the event loop and back costs two thread wake-ups. Anything else (nothing in time, part
+        of a request, more than one, a malformed or oversize head, TLS) goes back to the event
+        loop with the bytes read, under its deadlines: a thread still waits on no client longer
+        than that.
+        """
         verb, body = conn.verb or "", conn.body or b""
         conn.verb = None
         conn.body = None
+        while True:
+            keep = self._answer(conn, verb, body)
+            if not keep or not self.follow_up or conn.pipelined:
+                return keep  # (bytes already read after the request: the event loop's)
+            follow = self._next_request(conn)
+            if follow is None:
+                return keep
+            verb, body, conn.close_after = follow
+
+    def _answer(self, conn: FrontConn, verb: str, body: bytes | bytearray) -> bool:
         self.nr += 1
         keep = (
             self.alive
@@ -456,6 +482,39 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             self.log.debug("Closing connection: %s", e)
             return False
         return keep
+
+    def _next_request(self, conn: FrontConn) -> tuple[str, bytearray, bool] | None:
+        """The next request if it comes whole within NEXT_REQUEST_SECONDS: (verb, body, close).
+
+        None otherwise; the bytes read, if any, are left in ``conn.pipelined`` for the event loop.
+        """
+        sock = conn.sock
+        try:
+            poll = select.poll()
+            poll.register(sock, select.POLLIN)
+            if not poll.poll(NEXT_REQUEST_SECONDS * 1000):
+                return None
+            sock.setblocking(False)  # never wait here: _answer sets the timeout again
+            data = sock.recv(NEXT_REQUEST_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except (OSError, ValueError):
+            return None  # the event loop finds the connection broken and drops it
+        if not data:
+            return None  # closed: the event loop sees it too
+        conn.pipelined = data
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        head = data[: end + 4]
+        length, problem = _body_length(head)
+        if problem is not None or length is None or length > self.max_body or end + 4 + length != len(data):
+            return None  # the event loop's rules answer it, or it is not all here, or more is
+        verb, close = _direct_verb(head, self.verb_prefix)
+        if verb is None:
+            return None
+        conn.pipelined = b""
+        return verb, bytearray(data[end + 4 :]), close
 
     def finish_request(self, conn: FrontConn, fs: Any) -> None:
         self.inflight -= conn.held

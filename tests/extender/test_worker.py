@@ -178,6 +178,55 @@ def test_the_direct_verb_path_speaks_http_like_gunicorn(one_thread: int) -> None
     conn.close()
 
 
+def test_a_kept_alive_clients_next_request_is_answered_however_it_comes(one_thread: int) -> None:
+    # The thread that answered a request answers the next one when it comes whole and soon
+    # (extender/worker.py, NEXT_REQUEST_SECONDS); in parts, two at once, late or broken, the
+    # event loop reads it. Every way gets its answer, on the one thread, in order.
+    one = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+
+    def answers(s: socket.socket, count: int) -> bytes:
+        got = b""
+        while got.count(b"efficient") < count:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        assert got.count(b"HTTP/1.1 200 ") == count, got
+        return got
+
+    with socket.create_connection(("127.0.0.1", one_thread), timeout=5) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(20):  # back to back, as kube-scheduler sends them
+            s.sendall(one)
+            answers(s, 1)
+        s.sendall(one)
+        answers(s, 1)
+        s.sendall(one[:40])  # the next in parts, the rest after the thread stopped waiting
+        time.sleep(0.05)
+        s.sendall(one[40:])
+        answers(s, 1)
+        s.sendall(one + one)  # two at once
+        answers(s, 2)
+        s.sendall(one)
+        answers(s, 1)
+        time.sleep(0.05)  # late
+        s.sendall(one)
+        answers(s, 1)
+        s.sendall(one)
+        answers(s, 1)
+        s.sendall(b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 411 "), got  # the event loop's rule, as before
+    # and the one thread still answers others
+    conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
+    assert prioritize(conn) == 200
+    conn.close()
+
+
 def test_direct_verb_recognition() -> None:
     prefix = b"/scheduler/"
     assert _direct_verb(b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\n\r\n", prefix) == ("filter", False)
