@@ -1,0 +1,60 @@
+"""CPU per binding of the extender's binder (extender/kube.py, ``Binder``) against a real API.
+
+A real etcd and kube-apiserver on loopback (the e2e harness, tests/e2e/cluster.py), one Node
+object and N pods; the binder binds them one by one, in this process, and the process CPU
+(``time.process_time``) and wall time per binding are printed. Not a timed test: run by hand,
+alternating checkouts for an A/B, and record the figures in docs/benchmarks.md.
+
+    JOULESCHED_K8S_BIN_DIR=~/.cache/joulesched/k8s/v1.37.2/bin PYTHONPATH=. python bench/bind_cost.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from cluster import ControlPlane  # noqa: E402
+
+from joulesched.extender.kube import Binder, preload  # noqa: E402
+from joulesched.extender.wire import BindingArgs  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--binds", type=int, default=300)
+    args = p.parse_args()
+    bin_dir = os.environ.get("JOULESCHED_K8S_BIN_DIR")
+    if not bin_dir:
+        p.error("set JOULESCHED_K8S_BIN_DIR to the directory holding kube-apiserver")
+    preload()
+    cp = ControlPlane(Path(bin_dir), Path(tempfile.mkdtemp(prefix="joulesched-bind-cost-")))
+    cp.start()
+    try:
+        ns = cp.create_namespace("bind-cost")
+        cp.create_node("n1", cpu="64", memory="256Gi", pods=max(110, args.binds + 10), labels={})
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: cp.create_pod(f"p{i}", ns, scheduler_name="none", cpu="10m", memory="1Mi"), range(args.binds)))
+        uids = {pod.metadata.name: pod.metadata.uid for pod in cp.core.list_namespaced_pod(ns).items}
+        binder = Binder(str(cp.kubeconfig))
+        binder(BindingArgs("p0", ns, uids["p0"], "n1"))  # the client made, the connection opened
+        c0, w0 = time.process_time(), time.monotonic()
+        for i in range(1, args.binds):
+            binder(BindingArgs(f"p{i}", ns, uids[f"p{i}"], "n1"))
+        c1, w1 = time.process_time(), time.monotonic()
+        n = args.binds - 1
+        print(f"{n} bindings: {1000 * (c1 - c0) / n:.2f} ms CPU and {1000 * (w1 - w0) / n:.2f} ms wall a binding")
+    finally:
+        cp.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
