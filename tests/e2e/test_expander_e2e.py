@@ -180,6 +180,11 @@ def test_watch_patches_only_when_the_priorities_change(control_plane, expander_r
         assert read_cm(cp)[1] == version
         write_profiles(profiles, {f"{a}-1": BAD, f"{b}-1": GOOD})
         wait_for({20: [f"^{b}$"], 10: [f"^{a}$"], 1: [".*"]})
+        # The ConfigMap changes when the API answers the update; the watch logs it just after:
+        # wait for that line (or a few seconds) before stopping the watch and counting.
+        logged = time.monotonic() + 5
+        while " updated" not in (tmp_path / "watch.log").read_text() and time.monotonic() < logged:
+            time.sleep(0.05)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
