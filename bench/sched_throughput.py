@@ -78,7 +78,7 @@ from e2e_extender import (  # noqa: E402
     ExtenderProcess,
     deploy_extender_config,
     deploy_extender_entry,
-    deploy_scheduler_config,
+    deploy_scheduler_for,
     node_profile,
 )
 from processes import ManagedProcess, _wait_until  # noqa: E402
@@ -126,11 +126,7 @@ def delete_pods(cp: ControlPlane, namespace: str) -> None:
 
 
 def scheduler_config(name: str, extender: dict[str, Any] | None, qps: int, percentage: int | None) -> dict[str, Any]:
-    config = deploy_scheduler_config()
-    for key in ("leaderElection", "apiVersion", "kind"):
-        config.pop(key, None)
-    (profile,) = config["profiles"]
-    profile["schedulerName"] = name
+    config = deploy_scheduler_for(name, "")
     config["extenders"] = [extender] if extender else []
     if percentage is None:
         config.pop("percentageOfNodesToScore", None)

@@ -266,8 +266,6 @@ class VerbEndpoint:
             m.predicted_pods.set(len(self.ext.predicted))
 
 
-
-
 class VerbFastPath:
     """WSGI middleware: ``POST {prefix}/<verb>`` goes straight to :class:`VerbEndpoint`.
 

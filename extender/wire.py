@@ -339,10 +339,9 @@ def _known_nodes(body: bytes, bounds: list[tuple[int, int]], names: list[str], l
 
 def parse_extender_args(body: bytes, label: str | None = None) -> ExtenderArgs:
     """The request; in Nodes mode, ``label`` is a node label the caller will ask each node for."""
-    if body[:1] == b"{" and body.endswith(_SCHEDULER_TAIL):
-        scanned = _scan_scheduler_nodes(body, label)
-        if scanned is not None:
-            return scanned
+    scanned = _scan_scheduler_nodes(body, label)
+    if scanned is not None:
+        return scanned
     doc = _object(decode(body), "ExtenderArgs")
     pod = _pod(doc, "ExtenderArgs")
     names_value = field(doc, "NodeNames")

@@ -13,8 +13,8 @@ blocking: the head, then ``Content-Length`` bytes of body, all within
 Only then does a pool thread get it, with the body already in memory, so a thread waits on the
 CPU and on no client, but for the ``NEXT_REQUEST_SECONDS`` (2 ms) after a reply in which a
 client's next request, if it comes whole, is answered by the same thread. Slow, idle and lying
-clients cost a file descriptor each until their deadline, not a thread. The rules, each answered with a JSON error and counted in
-``joulesched_extender_failures_total{verb="http"}``:
+clients cost a file descriptor each until their deadline, not a thread. The rules, each
+answered with a JSON error and counted in ``joulesched_extender_failures_total{verb="http"}``:
 
 * a request not read in full by its deadline: 408, connection closed;
 * a head over 64 KiB: 431; ``Transfer-Encoding`` (chunked bodies; kube-scheduler always sends
@@ -62,7 +62,7 @@ from joulesched.extender.wire import REASONS
 MAX_HEAD_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
 NEXT_REQUEST_SECONDS = 0.002  # kube-scheduler's next request on a connection: 0.5–2 ms later
-NEXT_REQUEST_BYTES = 262144
+RECV_BYTES = 262144  # one read from a socket
 _REASONS = {
     403: "Forbidden",
     408: "Request Timeout",
@@ -155,7 +155,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         self.endpoint = extension.get("endpoint")
         self.verb_prefix = (config.prefix.rstrip("/") + "/").encode()
         # Answering a client's next request in the thread that answered the last: plain TCP
-        # only (a TLS socket can hold decrypted bytes that select does not see).
+        # only (a TLS socket can hold decrypted bytes that poll does not see).
         self.follow_up = self.endpoint is not None and not self.cfg.is_ssl
         self._notified = 0.0
         super().run()
@@ -235,7 +235,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 conn.handshaken = True
                 conn.verified = bool(s.getpeercert())
             while True:
-                chunk = s.recv(262144)
+                chunk = s.recv(RECV_BYTES)
                 if not chunk:
                     self._drop(conn)
                     return True
@@ -244,7 +244,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 if self.buffered + self.inflight > self.budget:
                     self._reject(conn, 503, "busy", "the extender is reading too many large requests at once; retry")
                     return True
-                if len(chunk) < 262144 and not isinstance(s, ssl.SSLSocket):
+                if len(chunk) < RECV_BYTES and not isinstance(s, ssl.SSLSocket):
                     break
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
             pass
@@ -483,7 +483,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             return False
         return keep
 
-    def _next_request(self, conn: FrontConn) -> tuple[str, bytearray, bool] | None:
+    def _next_request(self, conn: FrontConn) -> tuple[str, bytes, bool] | None:
         """The next request if it comes whole within NEXT_REQUEST_SECONDS: (verb, body, close).
 
         None otherwise; the bytes read, if any, are left in ``conn.pipelined`` for the event loop.
@@ -495,7 +495,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             if not poll.poll(NEXT_REQUEST_SECONDS * 1000):
                 return None
             sock.setblocking(False)  # never wait here: _answer sets the timeout again
-            data = sock.recv(NEXT_REQUEST_BYTES)
+            data = sock.recv(RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return None
         except (OSError, ValueError):
@@ -514,7 +514,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         if verb is None:
             return None
         conn.pipelined = b""
-        return verb, bytearray(data[end + 4 :]), close
+        return verb, data[end + 4 :], close
 
     def finish_request(self, conn: FrontConn, fs: Any) -> None:
         self.inflight -= conn.held
