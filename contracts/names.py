@@ -281,6 +281,12 @@ EXT_BIND_WAITS = _m(
     "(bound: they came; deadline: bind.wait_seconds passed first, and the pods still unbound were dropped).",
     "outcome",
 )
+EXT_CONNECTIONS = _m(
+    "extender_connections_total",
+    "counter",
+    "TCP connections the worker accepted. kube-scheduler keeps at most 2 idle connections to an extender: "
+    "requests in flight beyond those (binds overlapping the next pod's filter) come on new ones, closed after.",
+)
 
 # --- deferrer (joulesched deferrer: carbon-aware deferral through scheduling gates) --------------
 DEFER_HELD = _m("deferrer_pods_held", "gauge", "Pods carrying the joulesched.io/deferred gate that this replica holds.")

@@ -624,14 +624,13 @@ class PodCache:
             return list(self._pods.values())
 
     def _list_call(self) -> Callable[..., Any]:
-        # Wrapped, not the bound method: kubernetes.watch finds no return type in a lambda's
-        # docstring and so skips building a V1Pod per event; the raw JSON is all this reads.
         if self.namespace:
             return lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw)
-        return lambda **kw: self.core.list_pod_for_all_namespaces(**kw)
+        every: Callable[..., Any] = self.core.list_pod_for_all_namespaces
+        return every
 
     def _run(self) -> None:
-        from kubernetes import watch
+        from joulesched.extender.kube import watch_events
 
         backoff = 1.0
         while not self._stop.is_set():
@@ -647,17 +646,9 @@ class PodCache:
                 self.changed.set()
                 self.error, backoff = "", 1.0
                 while not self._stop.is_set():
-                    w = watch.Watch()
-                    for ev in w.stream(
-                        self._list_call(),
-                        field_selector=self.FIELD_SELECTOR,
-                        resource_version=rv,
-                        timeout_seconds=300,
-                        allow_watch_bookmarks=True,
-                        _request_timeout=330,
+                    for kind, obj in watch_events(
+                        self._list_call(), field_selector=self.FIELD_SELECTOR, resource_version=rv, allow_watch_bookmarks=True
                     ):
-                        obj = ev.get("raw_object") or {}
-                        kind = ev.get("type")
                         if kind == "ERROR":
                             raise _Relist(str(obj.get("message", obj)))
                         meta = obj.get("metadata") or {}
@@ -673,7 +664,6 @@ class PodCache:
                         if kind == "ADDED" and is_gated(obj):
                             self.changed.set()
                         if self._stop.is_set():
-                            w.stop()
                             return
             except _Relist as err:
                 log.info("pod watch: %s; listing again", err)

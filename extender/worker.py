@@ -130,6 +130,7 @@ class FrontConn(TConn):  # type: ignore[misc]
         self.verified = False  # a client certificate signed by the configured CA was presented
         self.verb: str | None = None  # a request for the direct verb path (see the module doc)
         self.close_after = False  # its head asked for Connection: close
+        self.polled = False  # registered with the event loop while its request is read
 
 
 class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
@@ -178,6 +179,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 raise
             return
         self.nr_conns += 1
+        if self.endpoint is not None:
+            self.endpoint.metrics.connections.inc()
         client.setblocking(False)
         if self.cfg.is_ssl:
             try:
@@ -217,6 +220,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         elif data and self._parse(conn):
             return
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
+        conn.polled = True
 
     def on_client_socket_readable(self, conn: FrontConn, client: socket.socket) -> None:
         self.poller.unregister(client)
@@ -328,6 +332,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         if conn in self.reading:
             self.reading.discard(conn)
             self.buffered -= len(conn.buf)
+        if conn.polled:  # (a request read at once never was: unregistering it formatted a KeyError)
+            conn.polled = False
             try:
                 self.poller.unregister(conn.sock)
             except (KeyError, ValueError, OSError):

@@ -10,6 +10,7 @@ them with a nodeSelector, so nothing else in the session-wide cluster takes part
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from e2e_extender import (
@@ -229,3 +230,62 @@ def test_the_binder_binds_and_names_the_apis_refusals(control_plane, node_factor
     bearer = Binder(str(cp.service_account_kubeconfig(ns, f"sa-{tag}")))
     with pytest.raises(ExtenderError, match=rf"HTTP 403: .*system:serviceaccount:{ns}:sa-{tag}.*pods/binding"):
         bearer(BindingArgs(f"b-{tag}", ns, "", node))
+
+
+def test_the_node_watch_follows_the_server_id_label(control_plane, node_factory):
+    # extender.kube.NodeServerWatch against the real API: the list, then the watch with the same
+    # label selector, so a node that loses its label comes as DELETED and leaves the map.
+    from joulesched.extender.kube import NodeServerWatch
+
+    cp, tag = control_plane, uid_tag()
+    label = f"e2e.joulesched.io/server-{tag}"
+
+    holder = SimpleNamespace(node_servers={})  # the Extender's attribute the watch replaces
+    node_factory(f"vm-a-{tag}", cpu="8", memory="8Gi", labels={label: "srv-1"})
+    node_factory(f"vm-b-{tag}", cpu="8", memory="8Gi", labels={})
+    watch = NodeServerWatch(str(cp.kubeconfig), label, holder)
+    watch.start()
+    try:
+        _wait_until(lambda: holder.node_servers == {f"vm-a-{tag}": "srv-1"}, 30, what="the node map after the listing")
+        cp.core.patch_node(f"vm-b-{tag}", {"metadata": {"labels": {label: "srv-2"}}})
+        _wait_until(lambda: holder.node_servers.get(f"vm-b-{tag}") == "srv-2", 30, what="the node map after a label added")
+        cp.core.patch_node(f"vm-a-{tag}", {"metadata": {"labels": {label: "srv-3"}}})
+        _wait_until(lambda: holder.node_servers.get(f"vm-a-{tag}") == "srv-3", 30, what="the node map after a label changed")
+        cp.core.patch_node(f"vm-a-{tag}", {"metadata": {"labels": {label: None}}})
+        _wait_until(lambda: f"vm-a-{tag}" not in holder.node_servers, 30, what="the node map after a label removed")
+        node_factory(f"vm-c-{tag}", cpu="8", memory="8Gi", labels={label: "srv-1"})
+        _wait_until(lambda: holder.node_servers == {f"vm-b-{tag}": "srv-2", f"vm-c-{tag}": "srv-1"}, 30,
+                    what="the node map after a node added")
+        cp.delete_node(f"vm-c-{tag}")
+        _wait_until(lambda: holder.node_servers == {f"vm-b-{tag}": "srv-2"}, 30, what="the node map after a node deleted")
+    finally:
+        watch.stop()
+
+
+def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, node_factory, e2e_namespace):
+    # extender.kube.PodBindingWatch against the real API: a pod bound by someone else enters the
+    # ledger as confirmed with its requests, a pod still pending does not, a deleted one leaves.
+    from joulesched.extender.kube import Binder, PodBindingWatch
+    from joulesched.extender.predicted import PredictedLoad
+    from joulesched.extender.wire import BindingArgs
+
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    node = f"watched-{tag}"
+    node_factory(node, cpu="8", memory="8Gi")
+    predicted = PredictedLoad(ttl_seconds=3600, settle_seconds=3600)
+    watch = PodBindingWatch(str(cp.kubeconfig), predicted)
+    watch.start()
+    try:
+        uids = {}
+        for p, cpu in (("a", "1500m"), ("b", "250m")):
+            cp.create_pod(f"{p}-{tag}", ns, scheduler_name="nobody", cpu=cpu, memory="64Mi")
+            uids[p] = cp.core.read_namespaced_pod(f"{p}-{tag}", ns).metadata.uid
+        Binder(str(cp.kubeconfig))(BindingArgs(f"a-{tag}", ns, uids["a"], node))
+        _wait_until(lambda: predicted.placement(uids["a"]) is not None, 30, what="the binding seen")
+        placed = predicted.placement(uids["a"])
+        assert placed is not None and (placed.node, placed.cores, placed.confirmed) == (node, 1.5, True)
+        assert predicted.placement(uids["b"]) is None  # pending: nothing to record
+        cp.core.delete_namespaced_pod(f"a-{tag}", ns, grace_period_seconds=0)
+        _wait_until(lambda: predicted.placement(uids["a"]) is None, 30, what="the deletion seen")
+    finally:
+        watch.stop()

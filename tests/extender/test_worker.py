@@ -227,6 +227,32 @@ def test_a_kept_alive_clients_next_request_is_answered_however_it_comes(one_thre
     conn.close()
 
 
+def connections_accepted(port: int) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    match = re.search(r"^joulesched_extender_connections_total (\S+)$", text, re.M)
+    assert match, text
+    return float(match.group(1))
+
+
+def test_connections_are_counted_once_each_however_many_requests_they_carry(one_thread: int) -> None:
+    # joulesched_extender_connections_total: how often the client opened a connection (each
+    # /metrics read here is one more); a kept-alive one carrying many requests counts once.
+    before = connections_accepted(one_thread)
+    kept = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
+    for _ in range(5):
+        assert prioritize(kept) == 200
+    kept.close()
+    for _ in range(3):
+        conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
+        assert prioritize(conn) == 200
+        conn.close()
+    assert raw(one_thread, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
+    assert connections_accepted(one_thread) - before == 1 + 3 + 1 + 1  # kept, 3 short, healthz, this /metrics read
+
+
 def test_direct_verb_recognition() -> None:
     prefix = b"/scheduler/"
     assert _direct_verb(b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\n\r\n", prefix) == ("filter", False)

@@ -1,0 +1,115 @@
+"""Reading a watch response (extender/kube.py: ``watch_events``): kube-apiserver's one JSON event
+a line, however the lines fall into chunks; anything else is refused by name, never skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from joulesched.extender.errors import ExtenderError
+from joulesched.extender.kube import WATCH_READ_TIMEOUT_SECONDS, WATCH_SECONDS, watch_events
+
+
+class Response:
+    """urllib3's HTTPResponse as the generated client returns it with ``_preload_content=False``."""
+
+    def __init__(self, chunks: list[bytes], chunked: bool = True) -> None:
+        self.chunks = chunks
+        self.chunked = chunked
+        self.closed = False
+
+    def read_chunked(self, decode_content: bool = True) -> Iterator[bytes]:
+        assert self.chunked and decode_content
+        yield from self.chunks
+
+    def stream(self, amt: int, decode_content: bool = True) -> Iterator[bytes]:
+        assert not self.chunked and decode_content
+        yield from self.chunks
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def event(kind: str, name: str) -> bytes:
+    return orjson.dumps({"type": kind, "object": {"metadata": {"name": name, "resourceVersion": "7"}}}) + b"\n"
+
+
+def lister(resp: Response, seen: dict[str, Any]) -> Any:
+    def list_call(**params: Any) -> Response:
+        seen.update(params)
+        return resp
+
+    return list_call
+
+
+def names(resp: Response) -> list[tuple[str, str]]:
+    return [(kind, obj["metadata"]["name"]) for kind, obj in watch_events(lister(resp, {}))]
+
+
+def test_one_event_a_chunk_as_kube_apiserver_sends_them() -> None:
+    resp = Response([event("ADDED", "a"), event("MODIFIED", "a"), event("DELETED", "a")])
+    assert names(resp) == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+    assert resp.closed
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_lines_split_and_joined_across_chunks(chunked: bool) -> None:
+    stream = event("ADDED", "a") + event("ADDED", "b") + event("MODIFIED", "c")
+    pieces = [stream[:5], stream[5:70], stream[70:71], stream[71:]]
+    assert names(Response(pieces, chunked)) == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "c")]
+
+
+def test_a_last_line_without_its_newline_and_blank_lines() -> None:
+    resp = Response([b"\n", event("ADDED", "a"), b"\n\n", event("DELETED", "a").rstrip(b"\n")])
+    assert names(resp) == [("ADDED", "a"), ("DELETED", "a")]
+
+
+def test_the_watch_request() -> None:
+    seen: dict[str, Any] = {}
+    list(watch_events(lister(Response([]), seen), label_selector="x", resource_version="5"))
+    assert seen == {
+        "watch": True,
+        "timeout_seconds": WATCH_SECONDS,
+        "_preload_content": False,
+        "_request_timeout": (30, WATCH_READ_TIMEOUT_SECONDS),
+        "label_selector": "x",
+        "resource_version": "5",
+    }
+    assert WATCH_READ_TIMEOUT_SECONDS > WATCH_SECONDS  # the server ends a watch before the client gives up on it
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        (b'{"type":"ADDED","object":{"metadata"', "not JSON"),
+        (b"<html>proxy error</html>", "not JSON"),
+        (b'{"type":"ADDED"}', "not an event"),
+        (b'{"object":{}}', "not an event"),
+        (b'["ADDED",{}]', "not an event"),
+        (b'{"type":"ADDED","object":"pod"}', "not an event"),
+    ],
+)
+def test_a_line_that_is_not_an_event_is_refused_by_name(line: bytes, says: str) -> None:
+    resp = Response([event("ADDED", "a"), line + b"\n", event("ADDED", "b")])
+    events = watch_events(lister(resp, {}))
+    assert next(events)[0] == "ADDED"
+    with pytest.raises(ExtenderError, match=says) as err:
+        next(events)
+    assert repr(line[:20])[2:-1] in str(err.value)  # the line itself, quoted
+    assert resp.closed
+
+
+def test_an_error_event_is_the_callers() -> None:
+    status = {"kind": "Status", "code": 410, "message": "too old resource version"}
+    resp = Response([orjson.dumps({"type": "ERROR", "object": status}) + b"\n"])
+    assert list(watch_events(lister(resp, {}))) == [("ERROR", status)]
+
+
+def test_the_response_is_closed_when_the_caller_stops() -> None:
+    resp = Response([event("ADDED", "a"), event("ADDED", "b")])
+    for _ in watch_events(lister(resp, {})):
+        break
+    assert resp.closed
