@@ -114,8 +114,7 @@ def main() -> int:
         occupancy = Occupancy()
         watch = PodBindingWatch(str(cp.kubeconfig), predicted, occupancy=occupancy)
         watch.start()
-        wait_for(lambda: watch._thread.ident is not None and bool(watch._bound is not None), "the watch to start")
-        time.sleep(2)  # the list done, the watch open
+        wait_for(watch.listed.is_set, "the watch to list the pods")  # what follows comes by the watch
         clock = time.pthread_getcpuclockid(watch._thread.ident)  # type: ignore[arg-type]
 
         def cpu() -> float:

@@ -650,7 +650,9 @@ class PodCache:
                         self._list_call(), field_selector=self.FIELD_SELECTOR, resource_version=rv, allow_watch_bookmarks=True
                     ):
                         if kind == "ERROR":
-                            raise _Relist(str(obj.get("message", obj)))
+                            if obj.get("code") == 410:  # the resourceVersion expired: list again now
+                                raise _Relist(str(obj.get("message", obj)))
+                            raise ExtenderError(f"watch: {obj.get('message', obj)}")  # back-off, as any failure
                         meta = obj.get("metadata") or {}
                         rv = meta.get("resourceVersion", rv)
                         if kind == "BOOKMARK":

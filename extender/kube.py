@@ -138,13 +138,13 @@ def watch_events(list_call: Callable[..., Any], **params: Any) -> Iterator[tuple
     """The events of one watch request, as ``(type, object)``, the object as the API's JSON.
 
     ``list_call`` is a generated list method (``CoreV1Api.list_node``…); its watch response is
-    read here rather than through ``kubernetes.watch``, which skips a line it cannot decode
-    without a word (an event lost, and the ledger with it) and sets no read timeout (a
-    connection that died without a FIN would hold the watch forever). A line that is not a
-    JSON event raises ``ExtenderError`` naming it, and the caller lists again; an ``ERROR``
-    event is yielded like any other. Decoding with orjson, not the json module, also costs a
-    little less: 63–66 µs of CPU an event against 72–85 µs, reading included
-    (docs/benchmarks.md, "The pod watch's CPU").
+    read here rather than through ``kubernetes.watch``, whose ``stream`` yields ``None`` for a
+    line it cannot decode (the caller then failed on ``None.get`` and listed again, saying
+    nothing of the line) and whose callers here set no read timeout (a connection that died
+    without a FIN held the watch forever). A line that is not a JSON event raises
+    ``ExtenderError`` naming it, and the caller lists again with back-off; an ``ERROR`` event
+    is yielded like any other. The reader costs no more than the library's: 63–66 µs of CPU
+    an event against 72–85 µs (docs/benchmarks.md, "The pod watch's CPU").
     The response is closed when the caller stops iterating.
     """
     resp = list_call(
@@ -165,12 +165,17 @@ def watch_events(list_call: Callable[..., Any], **params: Any) -> Iterator[tuple
             yield event["type"], event["object"]
     finally:
         resp.close()
+        resp.release_conn()
 
 
 def _lines(resp: Any) -> Iterator[bytes]:
-    """The response's newline-ended lines (kube-apiserver writes one event a line, a chunk each)."""
+    """The response's newline-ended lines (kube-apiserver writes one event a line, a chunk each).
+
+    A response that is not chunked (through some proxy) is read with ``read1``, which returns
+    what has arrived: ``stream(n)`` would wait for n bytes, holding events back.
+    """
     pending = b""
-    chunks = resp.read_chunked(decode_content=True) if resp.chunked else resp.stream(65536, decode_content=True)
+    chunks = resp.read_chunked(decode_content=True) if resp.chunked else iter(lambda: resp.read1(65536, decode_content=True), b"")
     for chunk in chunks:
         if pending:
             chunk = pending + chunk
@@ -191,6 +196,7 @@ class _Watch:
 
     def __init__(self) -> None:
         self._stop = threading.Event()
+        self.listed = threading.Event()  # the first listing is in: what follows comes by the watch
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def start(self) -> None:
@@ -242,6 +248,7 @@ class NodeServerWatch(_Watch):
             if meta.get("name") and server:
                 servers[meta["name"]] = server
         self.extender.node_servers = servers
+        self.listed.set()
         # With the label selector a node whose label is removed comes as DELETED.
         for kind, node in watch_events(
             api.list_node, label_selector=self.label, resource_version=(listing.get("metadata") or {}).get("resourceVersion")
@@ -310,6 +317,7 @@ class PodBindingWatch(_Watch):
                 if until is not None:
                     held[pod["metadata"]["uid"]] = (pod["spec"]["nodeName"], until)
             self.occupancy.replace(held)
+        self.listed.set()
         for kind, pod in watch_events(
             api.list_pod_for_all_namespaces, resource_version=(listing.get("metadata") or {}).get("resourceVersion")
         ):

@@ -276,6 +276,8 @@ def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, 
     watch = PodBindingWatch(str(cp.kubeconfig), predicted)
     watch.start()
     try:
+        # After the listing: a pod already bound when it lists is taken as measured, not recorded.
+        assert watch.listed.wait(30), "the pod watch never listed"
         uids = {}
         for p, cpu in (("a", "1500m"), ("b", "250m")):
             cp.create_pod(f"{p}-{tag}", ns, scheduler_name="nobody", cpu=cpu, memory="64Mi")

@@ -3,6 +3,7 @@ a line, however the lines fall into chunks; anything else is refused by name, ne
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,12 +26,16 @@ class Response:
         assert self.chunked and decode_content
         yield from self.chunks
 
-    def stream(self, amt: int, decode_content: bool = True) -> Iterator[bytes]:
+    def read1(self, amt: int, decode_content: bool = True) -> bytes:
+        """What has arrived, at most ``amt`` bytes; b"" at the end."""
         assert not self.chunked and decode_content
-        yield from self.chunks
+        return self.chunks.pop(0)[:amt] if self.chunks else b""
 
     def close(self) -> None:
         self.closed = True
+
+    def release_conn(self) -> None:
+        assert self.closed  # after close: the connection goes back to no pool half-read
 
 
 def event(kind: str, name: str) -> bytes:
@@ -113,3 +118,42 @@ def test_the_response_is_closed_when_the_caller_stops() -> None:
     for _ in watch_events(lister(resp, {})):
         break
     assert resp.closed
+
+
+class Core:
+    """CoreV1Api's two list calls the deferrer's PodCache makes: a listing, then watches."""
+
+    def __init__(self, watches: list[list[bytes]]) -> None:
+        self.watches = watches
+        self.lists = 0
+
+    def list_pod_for_all_namespaces(self, **params: Any) -> Any:
+        if not params.get("watch"):
+            self.lists += 1
+            return type("Listing", (), {"data": b'{"metadata":{"resourceVersion":"5"},"items":[]}'})()
+        if not self.watches:
+            time.sleep(0.05)  # a quiet watch
+            return Response([])
+        return Response(self.watches.pop(0))
+
+
+def test_the_deferrers_pod_cache_lists_again_at_once_on_410_and_backs_off_on_other_errors() -> None:
+    from joulesched.extender.deferrer import PodCache
+
+    gone = orjson.dumps({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}) + b"\n"
+    broken = orjson.dumps({"type": "ERROR", "object": {"code": 500, "message": "etcd unavailable"}}) + b"\n"
+    cache = PodCache(None)
+    core = Core([[gone], [broken]])
+    cache.core = core
+    started = time.monotonic()
+    cache.start()
+    try:
+        while "etcd unavailable" not in cache.error and time.monotonic() < started + 5:
+            time.sleep(0.01)
+        # 410: listed again at once, not after the first back-off (1 s), and no error kept
+        assert time.monotonic() - started < 0.9 and core.lists == 2
+        assert "etcd unavailable" in cache.error  # any other ERROR: named, and waited on (back-off)
+        time.sleep(0.3)
+        assert core.lists == 2  # still waiting, not listing in a loop
+    finally:
+        cache.stop()
