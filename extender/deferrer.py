@@ -630,7 +630,7 @@ class PodCache:
         return every
 
     def _run(self) -> None:
-        from joulesched.extender.kube import watch_events
+        from joulesched.extender.kube import WatchExpired, watch_events
 
         backoff = 1.0
         while not self._stop.is_set():
@@ -649,10 +649,6 @@ class PodCache:
                     for kind, obj in watch_events(
                         self._list_call(), field_selector=self.FIELD_SELECTOR, resource_version=rv, allow_watch_bookmarks=True
                     ):
-                        if kind == "ERROR":
-                            if obj.get("code") == 410:  # the resourceVersion expired: list again now
-                                raise _Relist(str(obj.get("message", obj)))
-                            raise ExtenderError(f"watch: {obj.get('message', obj)}")  # back-off, as any failure
                         meta = obj.get("metadata") or {}
                         rv = meta.get("resourceVersion", rv)
                         if kind == "BOOKMARK":
@@ -667,17 +663,13 @@ class PodCache:
                             self.changed.set()
                         if self._stop.is_set():
                             return
-            except _Relist as err:
+            except WatchExpired as err:
                 log.info("pod watch: %s; listing again", err)
             except Exception as err:  # unreachable, forbidden: keep the last cache, retry with back-off
                 self.error = f"{type(err).__name__}: {err}"[:300]
                 log.warning("pod watch: %s; retrying in %.0f s", self.error, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
-
-
-class _Relist(ExtenderError):
-    """The watch answered an ERROR (its resourceVersion expired): list again."""
 
 
 # -- health and metrics over HTTP ---------------------------------------------------------------------

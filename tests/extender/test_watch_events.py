@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from joulesched.extender.errors import ExtenderError
-from joulesched.extender.kube import WATCH_READ_TIMEOUT_SECONDS, WATCH_SECONDS, watch_events
+from joulesched.extender.kube import WATCH_READ_TIMEOUT_SECONDS, WATCH_SECONDS, WatchExpired, watch_events
 
 
 class Response:
@@ -107,10 +107,19 @@ def test_a_line_that_is_not_an_event_is_refused_by_name(line: bytes, says: str) 
     assert resp.closed
 
 
-def test_an_error_event_is_the_callers() -> None:
-    status = {"kind": "Status", "code": 410, "message": "too old resource version"}
-    resp = Response([orjson.dumps({"type": "ERROR", "object": status}) + b"\n"])
-    assert list(watch_events(lister(resp, {}))) == [("ERROR", status)]
+@pytest.mark.parametrize(
+    ("code", "raised"), [(410, WatchExpired), (500, ExtenderError), (None, ExtenderError)]
+)
+def test_an_error_event_raises_with_the_apis_words(code: int | None, raised: type[Exception]) -> None:
+    # 410 Gone: the resourceVersion expired, list again at once; anything else: back off.
+    status = {"kind": "Status", "code": code, "reason": "Expired", "message": "too old resource version"}
+    resp = Response([event("ADDED", "a"), orjson.dumps({"type": "ERROR", "object": status}) + b"\n"])
+    events = watch_events(lister(resp, {}))
+    assert next(events)[0] == "ADDED"
+    with pytest.raises(raised, match="too old resource version") as err:
+        next(events)
+    assert (err.type is WatchExpired) is (code == 410)
+    assert resp.closed
 
 
 def test_the_response_is_closed_when_the_caller_stops() -> None:
