@@ -14,6 +14,7 @@ of label look-ups that a scheduling request should not wait for.
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import threading
@@ -85,11 +86,34 @@ class ExtenderMetrics:
     def exposition(self) -> bytes:
         if self.multiprocess:
             registry = CollectorRegistry()
-            mp.MultiProcessCollector(registry)
+            WorkerFilesCollector(registry)
             registry.register(self.build_info)
             return generate_latest(registry)
         assert self.registry is not None
         return generate_latest(self.registry)
+
+
+class WorkerFilesCollector(mp.MultiProcessCollector):
+    """prometheus-client's multiprocess collector, less the files a worker has only begun.
+
+    A worker creates each of its files empty and sizes it a moment later (``MmapedDict``);
+    prometheus-client reads an empty file as a corrupt header and fails the whole scrape
+    with ``struct.error`` (prometheus/client_python#1199), so a scrape while a worker boots
+    answered 500. An empty file holds no values yet, so leaving it out loses nothing; any
+    other unreadable file still fails the scrape. A file removed between the listing and
+    its size (a dead worker's live gauges) is left to prometheus-client, which skips those.
+    """
+
+    def collect(self) -> Any:
+        files = []
+        for path in glob.glob(os.path.join(self._path, "*.db")):
+            try:
+                if os.path.getsize(path) == 0:
+                    continue
+            except FileNotFoundError:
+                pass
+            files.append(path)
+        return self.merge(files, accumulate=True)
 
 
 @dataclass(frozen=True)
