@@ -277,6 +277,9 @@ class NodeServerWatch(_Watch):
             self.extender.node_servers = current
 
 
+BOUND_PODS = "spec.nodeName!="  # a field selector: pods assigned to a node
+
+
 class PodBindingWatch(_Watch):
     """Watches pods cluster-wide and records every new binding as predicted load.
 
@@ -310,7 +313,7 @@ class PodBindingWatch(_Watch):
         # milliseconds of CPU per pod, enough for the watch to fall a burst behind the
         # scheduler, and every placement it has not seen yet is load the policy cannot see.
         resp: Any = api.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName!=", _request_timeout=30, _preload_content=False
+            field_selector=BOUND_PODS, _request_timeout=30, _preload_content=False
         )
         listing = orjson.loads(resp.data)
         items = listing.get("items") or []
@@ -323,8 +326,13 @@ class PodBindingWatch(_Watch):
                     held[pod["metadata"]["uid"]] = (pod["spec"]["nodeName"], until)
             self.occupancy.replace(held)
         self.listed.set()
+        # The watch has the listing's selector: the API server drops pending pods' events (their
+        # creation, kube-scheduler's status patch on every failed attempt), and a pod appears
+        # as ADDED once bound.
         for kind, pod in watch_events(
-            api.list_pod_for_all_namespaces, resource_version=(listing.get("metadata") or {}).get("resourceVersion")
+            api.list_pod_for_all_namespaces,
+            field_selector=BOUND_PODS,
+            resource_version=(listing.get("metadata") or {}).get("resourceVersion"),
         ):
             if self._stop.is_set():
                 return

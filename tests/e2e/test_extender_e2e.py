@@ -264,7 +264,8 @@ def test_the_node_watch_follows_the_server_id_label(control_plane, node_factory)
 
 def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, node_factory, e2e_namespace):
     # extender.kube.PodBindingWatch against the real API: a pod bound by someone else enters the
-    # ledger as confirmed with its requests, a pod still pending does not, a deleted one leaves.
+    # ledger as confirmed with its requests, a pod still pending does not (its events never reach
+    # the watch), a deleted one leaves.
     from joulesched.extender.kube import Binder, PodBindingWatch
     from joulesched.extender.predicted import PredictedLoad
     from joulesched.extender.wire import BindingArgs
@@ -274,6 +275,15 @@ def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, 
     node_factory(node, cpu="8", memory="8Gi")
     predicted = PredictedLoad(ttl_seconds=3600, settle_seconds=3600)
     watch = PodBindingWatch(str(cp.kubeconfig), predicted)
+    seen: list[tuple[str, str]] = []  # the events that reached the watch, for this test's pods
+    handle = watch.handle
+
+    def counting(kind: str, pod: dict) -> None:
+        if pod["metadata"]["name"].endswith(tag):
+            seen.append((kind, pod["metadata"]["name"]))
+        handle(kind, pod)
+
+    watch.handle = counting  # type: ignore[method-assign]
     watch.start()
     try:
         # After the listing: a pod already bound when it lists is taken as measured, not recorded.
@@ -289,5 +299,10 @@ def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, 
         assert predicted.placement(uids["b"]) is None  # pending: nothing to record
         cp.core.delete_namespaced_pod(f"a-{tag}", ns, grace_period_seconds=0)
         _wait_until(lambda: predicted.placement(uids["a"]) is None, 30, what="the deletion seen")
+        # The API server filters with the watch's selector: nothing of the pending pod, and the
+        # bound one enters as ADDED, not as a MODIFIED of a pod never seen (its deletion sets
+        # deletionTimestamp first: a MODIFIED, then the DELETED).
+        assert {name for _, name in seen} == {f"a-{tag}"}, seen
+        assert (seen[0][0], seen[-1][0]) == ("ADDED", "DELETED"), seen
     finally:
         watch.stop()
