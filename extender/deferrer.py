@@ -43,9 +43,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -625,9 +626,8 @@ class PodCache:
 
     def _list_call(self) -> Callable[..., Any]:
         if self.namespace:
-            return lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw)
-        every: Callable[..., Any] = self.core.list_pod_for_all_namespaces
-        return every
+            return partial(self.core.list_namespaced_pod, self.namespace)
+        return cast(Callable[..., Any], self.core.list_pod_for_all_namespaces)
 
     def _run(self) -> None:
         from joulesched.extender.kube import WatchExpired, watch_events
