@@ -1,8 +1,9 @@
 """``joulesched bench``: the extender's latency and throughput against a constant-score floor.
 
 Both servers run on loopback and are driven the way kube-scheduler drives an extender: one
-kept-alive HTTP/1.1 connection, one request at a time (``--connections`` adds parallel
-clients for a throughput figure). The floor is a minimal stdlib extender (ThreadingHTTPServer,
+kept-alive HTTP/1.1 connection, one request at a time, for each pod (a new one each time) its
+filter and then its prioritize (``--connections`` adds parallel clients for a throughput
+figure). The floor is a minimal stdlib extender (ThreadingHTTPServer,
 HTTP/1.1 keep-alive, TCP_NODELAY) that decodes the request with the json module and returns
 a constant score for every node: the cost of Python over HTTP with no policy at all. The
 figures that matter are ratios measured in the same run, on the same noisy machine.
@@ -162,71 +163,96 @@ def run_floor(port: int) -> None:
 WARMUP_SECONDS = 2.5  # past the extender's first per-node gauge ticks (one a second)
 
 
+POD_UID = b"11111111-2222-4333-8444-555555555555"  # request_body's pod, renamed for each request
+VERBS = ("filter", "prioritize")
+
+
+def pod_body(body: bytes, client: int, pod: int) -> bytes:
+    """``body`` about another pod: kube-scheduler asks about each pod once per scheduling cycle."""
+    return body.replace(POD_UID, f"{client:08x}-{pod >> 48:04x}-4{pod >> 36 & 0xFFF:03x}-8{pod >> 24 & 0xFFF:03x}-{pod & 0xFFFFFF:012x}".encode(), 1)
+
+
 def drive(
     port: int,
-    path: str,
     body: bytes,
     requests: int,
     warmup: int,
     warmup_seconds: float = WARMUP_SECONDS,
     window: list[float] | None = None,
-) -> list[float]:
-    """One kept-alive connection, one request at a time; returns each request's seconds.
+    client: int = 0,
+) -> dict[str, list[float]]:
+    """One kept-alive connection, one request at a time; each verb's requests' seconds.
 
-    The first ``warmup`` requests, and all requests of the first ``warmup_seconds``, are not
-    measured: the figures are the steady state of a cluster whose node names the extender
-    has seen before (it creates each new node's gauge series once, a few hundred per second).
+    As kube-scheduler does: for each pod (``body``, its UID changed) filter, then prioritize
+    over the same nodes (every node passes the filter here). The first ``warmup`` pods, and
+    all of the first ``warmup_seconds``, are not measured: the figures are the steady state of
+    a cluster whose node names the extender has seen before (it creates each new node's gauge
+    series once, a few hundred per second).
     """
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/json"}
-    latencies: list[float] = []
+    latencies: dict[str, list[float]] = {verb: [] for verb in VERBS}
     began = time.perf_counter()
-    done = 0
-    while len(latencies) < requests:
-        started = time.perf_counter()
-        conn.request("POST", path, body, headers)
-        reply = conn.getresponse()
-        data = reply.read()
-        elapsed = time.perf_counter() - started
-        if reply.status != 200:
-            raise RuntimeError(f"{path}: HTTP {reply.status}: {data[:200]!r}")
-        done += 1
-        if done > warmup and started - began >= warmup_seconds:
-            if not latencies and window is not None:
-                window.append(started)
-            latencies.append(elapsed)
+    pod = 0
+    while len(latencies[VERBS[-1]]) < requests:
+        pod += 1
+        this = pod_body(body, client, pod)
+        measured = pod > warmup and time.perf_counter() - began >= warmup_seconds
+        if measured and window is not None and not window:
+            window.append(time.perf_counter())
+        for verb in VERBS:
+            started = time.perf_counter()
+            conn.request("POST", f"/scheduler/{verb}", this, headers)
+            reply = conn.getresponse()
+            data = reply.read()
+            elapsed = time.perf_counter() - started
+            if reply.status != 200:
+                raise RuntimeError(f"{verb}: HTTP {reply.status}: {data[:200]!r}")
+            if measured:
+                latencies[verb].append(elapsed)
     if window is not None:
         window.append(time.perf_counter())  # perf_counter is CLOCK_MONOTONIC: comparable across processes
     conn.close()
     return latencies
 
 
-def _drive_worker(args: tuple[int, str, bytes, int, int, float]) -> tuple[list[float], float, float]:
+def _drive_worker(args: tuple[int, bytes, int, int, float, int]) -> tuple[dict[str, list[float]], float, float]:
     """``drive`` in a client process: its latencies and the span of its measured requests."""
+    port, body, requests, warmup, warmup_seconds, client = args
     window: list[float] = []
-    latencies = drive(*args, window=window)
+    latencies = drive(port, body, requests, warmup, warmup_seconds, window, client)
     return latencies, window[0], window[1]
 
 
 def measure(
-    port: int, path: str, body: bytes, requests: int, connections: int, warmup_seconds: float = WARMUP_SECONDS
-) -> dict[str, float]:
+    port: int, body: bytes, requests: int, connections: int, warmup_seconds: float = WARMUP_SECONDS
+) -> dict[str, dict[str, float]]:
+    """Per verb: p50 and p99 in ms, and requests/s (each verb's share of the pods' span)."""
     warmup = max(5, requests // 10)
     if connections == 1:
-        latencies = drive(port, path, body, requests, warmup, warmup_seconds)
-        wall = sum(latencies)
+        window: list[float] = []
+        parts = [(drive(port, body, requests, warmup, warmup_seconds, window), window[0], window[1])]
     else:
         # Throughput over the span in which all clients were measuring (no pool start-up, no warm-up).
         with mp.Pool(connections) as pool:
-            parts = pool.map(_drive_worker, [(port, path, body, requests, warmup, warmup_seconds)] * connections)
-        wall = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
-        latencies = [x for part, _, _ in parts for x in part]
-    latencies.sort()
-    return {
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-        "requests_per_second": len(latencies) / wall,
-    }
+            parts = pool.map(_drive_worker, [(port, body, requests, warmup, warmup_seconds, k) for k in range(connections)])
+    figures = {}
+    for verb in VERBS:
+        per_client = [part[verb] for part, _, _ in parts]
+        latencies = sorted(x for part in per_client for x in part)
+        # one client: the time this verb's requests took; several: their common span, shared by the verbs in proportion
+        if connections == 1:
+            wall = sum(latencies)
+        else:
+            span = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
+            every = sum(sum(part[v]) for part, _, _ in parts for v in VERBS)
+            wall = span * sum(latencies) / every
+        figures[verb] = {
+            "p50_ms": 1000 * statistics.median(latencies),
+            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+            "requests_per_second": len(latencies) / wall,
+        }
+    return figures
 
 
 def main(argv: Sequence[str]) -> int:
@@ -263,12 +289,12 @@ def main(argv: Sequence[str]) -> int:
             requests = a.requests if n <= 1000 else max(50, a.requests // 4)
             if mode == "nodes" and n >= 1000:
                 requests = max(50, a.requests // 8)
-            for verb in ("prioritize", "filter"):
+            floor_figures = measure(floor_port, body, requests, a.connections, a.warmup_seconds)
+            ours = measure(ext_port, body, requests, a.connections, a.warmup_seconds)
+            for verb in VERBS:
                 row: dict[str, Any] = {"mode": mode, "nodes": n, "verb": verb, "body_kib": round(len(body) / 1024, 1)}
-                row["floor"] = measure(floor_port, f"/scheduler/{verb}", body, requests, a.connections, a.warmup_seconds)
-                row["joulesched"] = measure(
-                    ext_port, f"/scheduler/{verb}", body, requests, a.connections, a.warmup_seconds
-                )
+                row["floor"] = floor_figures[verb]
+                row["joulesched"] = ours[verb]
                 row["p99_ratio"] = row["joulesched"]["p99_ms"] / row["floor"]["p99_ms"]
                 results.append(row)
                 print(_line(row), flush=True)

@@ -69,6 +69,8 @@ class PredictedLoad:
                 # it corrects knew: the load moves to the real node instead of vanishing.
                 cores, gpus = old.cores, old.gpus
             placed = Placement(node, cores, gpus, at, confirmed)
+            if placed == old:
+                return  # the watch seeing a binding the bind verb recorded: nothing moves
             self._pods[uid] = placed
             heapq.heappush(self._by_age, (at, uid))
             self._adjust(old, placed)

@@ -20,7 +20,7 @@ import numpy as np
 from joulesched.extender import wire
 from joulesched.extender.errors import BindDisabled
 from joulesched.extender.logsafe import escape
-from joulesched.extender.predicted import Occupancy, PredictedLoad, Unbound
+from joulesched.extender.predicted import Occupancy, Placement, PredictedLoad, Unbound
 from joulesched.extender.profiles import ProfileSource, Snapshot
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import PodDemand, demand_from_pod, owner_of
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 Binder = Callable[[wire.BindingArgs], None]  # raises on failure
 SERVER_ID_LABEL = "joulesched.io/server-id"
+# How long after a pod's filter its prioritize may be answered from the filter's evaluation:
+# longer than a scheduling cycle between the two verbs, short against every time the policy
+# counts in (measurement age, the ledger's settling, pods' runtimes).
+CYCLE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -75,46 +79,91 @@ class Extender:
         # node name -> physical server id, replaced whole by the node watch (never mutated)
         self.node_servers: Mapping[str, str] = {}
         self._alias: tuple[tuple[int, int], Mapping[str, int]] | None = None
+        # The last evaluation and what it read (see _same_cycle).
+        self._cycle: tuple[tuple[object, ...], Decision] | None = None
 
     # -- the shared step ----------------------------------------------------------------------
 
     def decide(self, args: wire.ExtenderArgs) -> Decision:
-        demand = demand_from_pod(args.pod)
         snap = self.source.snapshot()
+        arrays = snap.arrays
+        index = self._index(snap, args)
+        now = self.clock()
+        pred_cores, pred_gpus = self.predicted.per_row(index, arrays.updated, now)
+        own = self.predicted.placement(wire.pod_identity(args.pod)[2])
+        held = self.occupancy.per_row(arrays.index, len(arrays)) if self.occupancy is not None else None
+        # Everything the evaluation reads but the pod, the nodes and the time: each is replaced,
+        # never written in place, when it changes.
+        inputs = (arrays, snap.owner_cores, index, pred_cores, pred_gpus, own, held)
+        decision = self._same_cycle(args, inputs, now)
+        if decision is None:
+            decision = self._evaluate(args, snap, index, pred_cores, pred_gpus, own, held, now)
+            self._cycle = (inputs, decision)
+        self.last = decision
+        return decision
+
+    def _evaluate(
+        self,
+        args: wire.ExtenderArgs,
+        snap: Snapshot,
+        index: Mapping[str, int],
+        pred_cores: np.ndarray,
+        pred_gpus: np.ndarray,
+        own: Placement | None,
+        held: np.ndarray | None,
+        now: float,
+    ) -> Decision:
+        demand = demand_from_pod(args.pod)
         if snap.owner_cores:
             owner = owner_of(args.pod)
             observed = snap.owner_cores.get(owner) if owner is not None else None
             if observed is not None and observed > 0:
                 demand = demand.with_observed_cpu(observed)
-        arrays = snap.arrays
-        index = self._index(snap, args)
         rows = np.array(list(map(index.get, args.node_names, repeat(-1))), dtype=np.intp)
-        now = self.clock()
-        pred_cores, pred_gpus = self.predicted.per_row(index, arrays.updated, now)
-        own = self.predicted.placement(wire.pod_identity(args.pod)[2])
         if own is not None and own.node in index:
             # A pod asked about again (a retry, or explain after prioritize) is not its own load.
             pred_cores, pred_gpus = pred_cores.copy(), pred_gpus.copy()
             pred_cores[index[own.node]] -= own.cores
             pred_gpus[index[own.node]] -= own.gpus
-        held_until = self._held_until(snap, pred_cores, pred_gpus)
-        evaluation = evaluate(arrays, rows, demand, self.policy, now, pred_cores, pred_gpus, held_until)
-        decision = Decision(args, demand, snap, rows, evaluation, now)
-        # Kept until the next request: without the full Node objects, which would double the
-        # memory of the next Nodes-mode request (its objects and these, at once).
-        self.last = decision if args.nodes is None else replace(decision, args=replace(args, nodes=None))
-        return decision
+        held_until = self._held_until(held, pred_cores, pred_gpus)
+        evaluation = evaluate(snap.arrays, rows, demand, self.policy, now, pred_cores, pred_gpus, held_until)
+        # Kept until the next request (as ``last``): without the full Node objects, which would
+        # double the memory of the next Nodes-mode request (its objects and these, at once).
+        return Decision(wire.ExtenderArgs(args.pod, args.node_names, None), demand, snap, rows, evaluation, now)
 
-    def _held_until(self, snap: Snapshot, pred_cores: np.ndarray, pred_gpus: np.ndarray) -> np.ndarray | None:
+    def _same_cycle(self, args: wire.ExtenderArgs, inputs: tuple[object, ...], now: float) -> Decision | None:
+        """The last decision again, when it was for this pod and nothing it read has changed since.
+
+        kube-scheduler asks filter, then prioritize, about each pod in one scheduling cycle,
+        over one snapshot of its own: prioritize over the nodes filter passed. Answered from
+        the filter's evaluation (and the filter's time), within ``CYCLE_SECONDS``, the two
+        verbs see one state too, and the pod is costed once. Anything the evaluation reads
+        that changed in between (a binding, new profiles, the pod's own placement) means a new
+        evaluation.
+        """
+        kept = self._cycle
+        if kept is None:
+            return None
+        kept_inputs, d = kept
+        if not 0 <= now - d.at <= CYCLE_SECONDS or any(a is not b for a, b in zip(inputs, kept_inputs, strict=True)):
+            return None
+        if args.pod != d.args.pod:
+            return None
+        if args.node_names == d.args.node_names:
+            return d
+        keep, passed = d.evaluation.passed()
+        if passed is d.evaluation or args.node_names != [d.args.node_names[i] for i in keep.tolist()]:
+            return None
+        return replace(d, args=wire.ExtenderArgs(args.pod, args.node_names, None), rows=d.rows[keep], evaluation=passed)
+
+    def _held_until(self, held: np.ndarray | None, pred_cores: np.ndarray, pred_gpus: np.ndarray) -> np.ndarray | None:
         """Per profile row, until when the node's pods keep it powered (None: the profiles' own).
 
-        From the pod watch's occupancy when it runs; a node with predicted pods (placed, not yet
-        seen by the watch) is held too, for as long as nobody knows.
+        From the pod watch's occupancy (``held``) when it runs; a node with predicted pods
+        (placed, not yet seen by the watch) is held too, for as long as nobody knows.
         """
-        if self.occupancy is None:
+        if held is None:
             return None
-        arrays = snap.arrays
-        held = self.occupancy.per_row(arrays.index, len(arrays))
         placed = (pred_cores > 0) | (pred_gpus > 0)
         if placed.any():
             held = np.where(placed, np.inf, held)

@@ -24,7 +24,7 @@ The model (docs/policy.md has the derivation and a worked example):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -70,6 +70,19 @@ class Evaluation:
         if self.failed[i]:
             return f"power cap: projected {self.projected_watts[i]:.0f} W would exceed the cap less {cfg.power_cap_headroom:.0%} headroom"
         return ""
+
+    def passed(self) -> tuple[np.ndarray, Evaluation]:
+        """The nodes the power-cap filter passes (their positions), and the evaluation over them alone.
+
+        The same pod over fewer nodes scores each the same when only failed nodes are left
+        out: a failed node is never eligible, so it is neither the cheapest nor the one with
+        room that demotes a saturating or GPU node (:func:`evaluate`). So kube-scheduler's
+        prioritize over the nodes its filter passed is answered by the filter's evaluation.
+        """
+        keep = np.flatnonzero(~self.failed)
+        if len(keep) == len(self.failed):
+            return keep, self
+        return keep, Evaluation(**{f.name: getattr(self, f.name)[keep] for f in fields(self)})
 
 
 def normalise(cost: np.ndarray, eligible: np.ndarray, band: float, best: float | None = None) -> np.ndarray:

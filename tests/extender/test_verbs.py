@@ -295,3 +295,52 @@ def test_a_config_whose_bind_wait_would_starve_its_own_bind_is_refused() -> None
     with pytest.raises(ConfigError, match=r"bind\.wait_seconds"):
         parse_config({"bind": {"enabled": True, "wait_seconds": 1.0}}, "t.yaml")  # kube-scheduler's httpTimeout
     assert parse_config({"bind": {"enabled": True, "wait_seconds": 0}, "server": {"threads": 1}}, "t.yaml").server.threads == 1
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_pods_prioritize_after_its_filter_reuses_the_filters_evaluation_while_nothing_changed(make_app, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
+    # kube-scheduler's cycle: filter over the candidates, prioritize over the nodes it passed.
+    from joulesched.extender import service
+
+    evaluations = []
+    real = service.evaluate
+    monkeypatch.setattr(service, "evaluate", lambda *a, **kw: evaluations.append(a[1].tolist()) or real(*a, **kw))
+    clock = Clock()
+    app, _ = make_app(clock=clock)
+    ext = app.extensions["joulesched"]["extender"]
+    c = app.test_client()
+    pod = make_pod("4", uid="a", name="a")
+    status, reply = post(c, "filter", args(mode, NAMES, pod))
+    assert status == 200 and list(reply["FailedAndUnresolvableNodes"]) == ["capped"]  # left out of prioritize, as kube-scheduler does
+    passed = [n for n in NAMES if n != "capped"]
+    clock.tick(0.2)
+    status, scores = post(c, "prioritize", args(mode, passed, pod))
+    assert status == 200 and len(evaluations) == 1
+    fresh_app, _ = make_app(clock=Clock(clock.now - 0.2))
+    assert post(fresh_app.test_client(), "prioritize", args(mode, passed, pod)) == (200, scores)
+    assert ext.last.args.node_names == passed and len(ext.last.rows) == len(ext.last.evaluation.scores) == 3
+
+    # What the evaluation reads changed in between, or too long passed: costed again.
+    b = make_pod("4", uid="b", name="b")
+    post(c, "filter", args(mode, NAMES, b))
+    ext.predicted.record("other", "efficient", 32.0, 0.0, clock.now, confirmed=True)  # a binding
+    post(c, "prioritize", args(mode, passed, b))
+    assert len(evaluations) == 4
+    d = make_pod("4", uid="d", name="d")
+    post(c, "filter", args(mode, NAMES, d))
+    clock.tick(1.5)
+    post(c, "prioritize", args(mode, passed, d))
+    assert len(evaluations) == 6
+    # another pod, another subset than the filter passed, the same pod changed, or asked again
+    e = make_pod("4", uid="e", name="e")
+    post(c, "filter", args(mode, NAMES, e))
+    post(c, "prioritize", args(mode, passed, make_pod("4", uid="f", name="f")))
+    assert len(evaluations) == 8
+    post(c, "filter", args(mode, NAMES, e))
+    post(c, "prioritize", args(mode, ["efficient", "hungry"], e))
+    assert len(evaluations) == 10
+    post(c, "filter", args(mode, NAMES, e))
+    post(c, "prioritize", args(mode, passed, make_pod("8", uid="e", name="e")))
+    assert len(evaluations) == 12
+    post(c, "explain", args(mode, passed, make_pod("8", uid="e", name="e")))  # its own top choice now in the ledger
+    assert len(evaluations) == 13

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
@@ -298,3 +300,34 @@ def test_gpu_pods_go_where_the_work_costs_least_not_where_the_watts_are_fewest()
     assert ev.marginal_watts[1] > ev.marginal_watts[0]
     assert ev.energy_joules[1] < ev.energy_joules[0]
     assert list(ev.scores) == [0, 10]
+
+
+@pytest.mark.parametrize("scale", ["request", "cluster"])
+@pytest.mark.parametrize("seed", range(40))
+def test_the_evaluation_over_the_nodes_a_filter_passed_is_the_filters_over_them(seed: int, scale: str) -> None:
+    # Evaluation.passed() answers prioritize from the filter's evaluation: it must be what
+    # evaluating the pod over the passed nodes alone gives, field by field. Random clusters with
+    # power caps, nodes the pod saturates, GPU nodes, unknown and stale nodes.
+    rng = np.random.default_rng(seed)
+    gpu = GpuProfile(count=4, idle_watts=50.0, max_watts=400.0)
+    nodes = []
+    for i in range(int(rng.integers(2, 12))):
+        kw: dict[str, object] = {"utilisation": float(rng.uniform(0, 1)), "carbon_intensity": float(rng.uniform(20, 800))}
+        if rng.random() < 0.4:
+            kw.update(measured_watts=float(rng.uniform(100, 300)), power_cap_watts=float(rng.uniform(150, 320)))
+        if rng.random() < 0.2:
+            kw["gpus"] = gpu
+        if rng.random() < 0.2:
+            kw["updated"] = 0.0  # stale at now=1000 with max_age 120
+        nodes.append(node(f"n{i}", EPYC if rng.random() < 0.5 else XEON, **kw))
+    arrays = NodeArrays.build(nodes)
+    rows = rng.permutation(np.concatenate([np.arange(len(nodes)), np.full(int(rng.integers(0, 3)), -1)]))
+    pod = PodDemand(float(rng.choice([1.0, 8.0, 24.0])), gpus=int(rng.random() < 0.2))
+    cfg = PolicyConfig(strategy="carbon", score_scale=scale)  # type: ignore[arg-type]
+    full = evaluate(arrays, rows, pod, cfg, 1000.0)
+    keep, passed = full.passed()
+    assert keep.tolist() == np.flatnonzero(~full.failed).tolist()
+    alone = evaluate(arrays, rows[keep], pod, cfg, 1000.0)
+    for f in fields(alone):
+        np.testing.assert_array_equal(getattr(passed, f.name), getattr(alone, f.name), err_msg=f.name)
+    assert (passed is full) == (not full.failed.any())
