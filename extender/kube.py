@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import logging
 import math
+import select
+import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -52,11 +56,12 @@ def api_client(kubeconfig: str) -> Any:
 class Binder:
     """Creates ``pods/binding`` for the bind verb (RBAC: create on pods/binding).
 
-    One POST of a prepared JSON body through the kubernetes client's own connection pool and
-    credentials (its TLS settings, client certificate or bearer token, refreshed as the client
-    refreshes it), not through the generated API method: that built and checked a request
-    model per call and cost 3.35 ms of CPU per binding against the real kube-apiserver, this
-    about a tenth of it (docs/benchmarks.md, "Scheduling throughput").
+    One POST of a prepared JSON body with the kubernetes client's credentials (its TLS
+    settings, client certificate or bearer token, refreshed as the client refreshes it), not
+    through the generated API method, which built and checked a request model per call (3.35
+    ms of CPU a binding against the real kube-apiserver). Sent over :class:`ApiConnections`
+    where the client's configuration allows (any but a proxy, ``assert_hostname`` or socket
+    options, which go through the client's own pool manager).
 
     The API client is made at the first bind, not at start: like the watches, an extender
     started where the API is not reachable yet serves filter and prioritize; a bind it cannot
@@ -71,18 +76,15 @@ class Binder:
     def __init__(self, kubeconfig: str) -> None:
         self.kubeconfig = kubeconfig
         self._client: Any = None
-        self._pool: Any = None  # the API server's urllib3 connection pool (None: through a proxy)
-        self._prefix = ""  # the path the API server's URL has, if any
+        self._direct: ApiConnections | None = None
         self._lock = threading.Lock()
 
     def _api(self) -> Any:
         with self._lock:
             if self._client is None:
                 client = api_client(self.kubeconfig)
-                config = client.configuration
-                if not getattr(config, "proxy", None):
-                    self._pool = client.rest_client.pool_manager.connection_from_url(config.host)
-                    self._prefix = urlsplit(config.host).path.rstrip("/")
+                if ApiConnections.covers(client.configuration):
+                    self._direct = ApiConnections(client.configuration, self.TIMEOUT_SECONDS)
                 self._client = client
             return self._client
 
@@ -101,19 +103,187 @@ class Binder:
             headers["Authorization"] = token
         path = f"/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
         # No retries: a bind that fails goes back to kube-scheduler, which binds the pod itself.
-        if self._pool is None:  # through a proxy: the pool manager knows how
+        if self._direct is not None:
+            status, data = self._direct.post(path, headers, body)
+        else:
             resp = client.rest_client.pool_manager.request(
                 "POST", config.host.rstrip("/") + path, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS, retries=False
             )
+            status, data = resp.status, resp.data
+        if not 200 <= status < 300:
+            raise ExtenderError(f"HTTP {status}: {_status_message(data)}")
+
+
+class ApiConnections:
+    """HTTP/1.1 POSTs of small bodies to the API server, on kept-alive connections of its own.
+
+    What a binding costs the extender was mostly its HTTP client's: urllib3 and http.client
+    build the request header by header and parse the reply's headers through the email
+    package, 0.8–1.1 ms of CPU a binding against the real kube-apiserver; this writes the
+    request in one piece and reads the status line, the body's length (Content-Length or
+    chunked) and ``Connection``: 0.2–0.3 ms (docs/benchmarks.md, "The binding's API write").
+    TLS as the kubernetes client sets it up (``kubernetes/client/rest.py``): the CA (file or
+    data, else the system's), ``verify_ssl``, the client certificate, ``tls_server_name``.
+
+    Each request takes an idle connection, or opens one; a connection goes back idle only
+    after a whole reply that did not ask to close, and is dropped when found readable while
+    idle (the server closed it). Nothing is retried: a POST may have been applied.
+    """
+
+    MAX_HEAD_BYTES = 64 * 1024
+    MAX_BODY_BYTES = 1024 * 1024  # a Binding's reply, or the API's Status: a few hundred bytes
+
+    def __init__(self, config: Any, timeout: float) -> None:
+        url = urlsplit(config.host)
+        self.tls = url.scheme == "https"
+        self.address = (url.hostname or "", url.port or (443 if self.tls else 80))
+        self.authority = url.netloc
+        self.prefix = url.path.rstrip("/")
+        self.timeout = timeout
+        self.server_hostname = config.tls_server_name or url.hostname
+        self.context: ssl.SSLContext | None = None
+        if self.tls:
+            ctx = ssl.create_default_context(cafile=config.ssl_ca_cert, cadata=getattr(config, "ca_cert_data", None))
+            if not config.verify_ssl:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if config.cert_file:
+                ctx.load_cert_chain(config.cert_file, config.key_file)
+            self.context = ctx
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.close = weakref.finalize(self, _close_all, self._idle)  # idle connections, when dropped
+
+    @staticmethod
+    def covers(config: Any) -> bool:
+        """The client's configuration is one these connections set up exactly as it would."""
+        return (
+            not getattr(config, "proxy", None)
+            and getattr(config, "assert_hostname", None) is None
+            and getattr(config, "socket_options", None) is None
+            and not getattr(config, "keep_alive", False)
+            and urlsplit(config.host).scheme in ("http", "https")
+        )
+
+    def post(self, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, bytes]:
+        """(status, body) of the reply; OSError or ExtenderError when there is none."""
+        lines = [f"POST {self.prefix}{path} HTTP/1.1", f"Host: {self.authority}"]
+        for name, value in headers.items():
+            if "\r" in value or "\n" in value:
+                raise ExtenderError(f"the {name} header for the API server holds a line break")
+            lines.append(f"{name}: {value}")
+        lines.append(f"Content-Length: {len(body)}")
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        sock = self._take()
+        try:
+            sock.sendall(request)
+            status, data, keep = self._reply(sock)
+        except BaseException:
+            sock.close()
+            raise
+        if keep:
+            with self._lock:
+                self._idle.append(sock)
         else:
-            # Straight to the API server's connection pool: the pool manager would parse the URL
-            # and look the pool up again for every binding.
-            resp = self._pool.urlopen(
-                "POST", self._prefix + path, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS,
-                retries=False, redirect=False, assert_same_host=False,
-            )
-        if not 200 <= resp.status < 300:
-            raise ExtenderError(f"HTTP {resp.status}: {_status_message(resp.data)}")
+            sock.close()
+        return status, data
+
+    def _take(self) -> socket.socket:
+        with self._lock:
+            while self._idle:
+                sock = self._idle.pop()
+                if not select.select([sock], [], [], 0)[0]:
+                    return sock
+                sock.close()  # readable while idle: closed by the server (or talking out of turn)
+        raw = socket.create_connection(self.address, self.timeout)
+        try:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.context is None:
+                return raw
+            return self.context.wrap_socket(raw, server_hostname=self.server_hostname)
+        except BaseException:
+            raw.close()
+            raise
+
+    def _reply(self, sock: socket.socket) -> tuple[int, bytes, bool]:
+        """Read one reply: (status, body, whether the connection may carry another)."""
+        buf = bytearray()
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            if len(buf) > self.MAX_HEAD_BYTES:
+                raise ExtenderError(f"the API server's reply head is over {self.MAX_HEAD_BYTES} bytes")
+            buf += self._recv(sock)
+        head = bytes(buf[:end]).split(b"\r\n")
+        rest = buf[end + 4 :]
+        version, _, status_rest = head[0].partition(b" ")
+        code = status_rest.partition(b" ")[0]
+        if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
+            raise ExtenderError(f"not an HTTP/1.x reply from the API server: {head[0][:80]!r}")
+        length: int | None = None
+        chunked = False
+        close = version == b"HTTP/1.0"
+        for line in head[1:]:
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == b"content-length":
+                if not value.isdigit():
+                    raise ExtenderError(f"the API server's reply has Content-Length {value[:40]!r}")
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value.endswith(b"chunked")
+            elif name == b"connection":
+                close = b"close" in value or (version == b"HTTP/1.0" and b"keep-alive" not in value)
+        if chunked:
+            data, extra = self._chunked(sock, rest)
+        elif length is not None:
+            if length > self.MAX_BODY_BYTES:
+                raise ExtenderError(f"the API server's reply body of {length} bytes is over {self.MAX_BODY_BYTES}")
+            while len(rest) < length:
+                rest += self._recv(sock)
+            data, extra = bytes(rest[:length]), len(rest) > length
+        else:  # the body runs to the end of the connection
+            while chunk := self._recv(sock, eof_ok=True):
+                rest += chunk
+                if len(rest) > self.MAX_BODY_BYTES:
+                    raise ExtenderError(f"the API server's reply body is over {self.MAX_BODY_BYTES} bytes")
+            data, extra, close = bytes(rest), False, True
+        return int(code), data, not close and not extra
+
+    def _chunked(self, sock: socket.socket, buf: bytearray) -> tuple[bytes, bool]:
+        body = bytearray()
+        while True:
+            while (eol := buf.find(b"\r\n")) < 0:
+                buf += self._recv(sock)
+            size_field = bytes(buf[:eol]).split(b";")[0].strip()
+            try:
+                size = int(size_field, 16)
+            except ValueError:
+                raise ExtenderError(f"the API server's reply has a chunk size {size_field[:40]!r}") from None
+            del buf[: eol + 2]
+            if size == 0:
+                while (end := buf.find(b"\r\n")) != 0 and (end := buf.find(b"\r\n\r\n")) < 0:
+                    buf += self._recv(sock)  # trailers, if any, end with an empty line
+                del buf[: end + (2 if end == 0 else 4)]
+                return bytes(body), bool(buf)
+            if len(body) + size > self.MAX_BODY_BYTES:
+                raise ExtenderError(f"the API server's reply body is over {self.MAX_BODY_BYTES} bytes")
+            while len(buf) < size + 2:
+                buf += self._recv(sock)
+            if buf[size : size + 2] != b"\r\n":
+                raise ExtenderError("the API server's reply has a chunk not ended by CRLF")
+            body += buf[:size]
+            del buf[: size + 2]
+
+    @staticmethod
+    def _recv(sock: socket.socket, eof_ok: bool = False) -> bytes:
+        chunk = sock.recv(65536)
+        if not chunk and not eof_ok:
+            raise ExtenderError("the API server closed the connection before the end of its reply")
+        return chunk
+
+
+def _close_all(sockets: list[socket.socket]) -> None:
+    while sockets:
+        sockets.pop().close()
 
 
 def _status_message(data: bytes) -> str:
