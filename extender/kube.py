@@ -119,9 +119,9 @@ class ApiConnections:
 
     What a binding costs the extender was mostly its HTTP client's: urllib3 and http.client
     build the request header by header and parse the reply's headers through the email
-    package, 0.8–1.1 ms of CPU a binding against the real kube-apiserver; this writes the
+    package, 0.98–1.14 ms of CPU a binding against the real kube-apiserver; this writes the
     request in one piece and reads the status line, the body's length (Content-Length or
-    chunked) and ``Connection``: 0.2–0.3 ms (docs/benchmarks.md, "The binding's API write").
+    chunked) and ``Connection``: 0.27–0.40 ms (docs/benchmarks.md, "The binding's API write").
     TLS as the kubernetes client sets it up (``kubernetes/client/rest.py``): the CA (file or
     data, else the system's), ``verify_ssl``, the client certificate, ``tls_server_name``.
 
