@@ -60,8 +60,9 @@ class Binder:
     settings, client certificate or bearer token, refreshed as the client refreshes it), not
     through the generated API method, which built and checked a request model per call (3.35
     ms of CPU a binding against the real kube-apiserver). Sent over :class:`ApiConnections`
-    where the client's configuration allows (any but a proxy, ``assert_hostname`` or socket
-    options, which go through the client's own pool manager).
+    where they set the connection up as the client would (``ApiConnections.covers``: not
+    through a proxy, no ``assert_hostname``, socket options or TCP keep-alive), else through
+    the client's own pool manager.
 
     The API client is made at the first bind, not at start: like the watches, an extender
     started where the API is not reachable yet serves filter and prioritize; a bind it cannot
