@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import secrets
 import socket
 import statistics
 import subprocess
@@ -167,9 +168,9 @@ POD_UID = b"11111111-2222-4333-8444-555555555555"  # request_body's pod, renamed
 VERBS = ("filter", "prioritize")
 
 
-def pod_body(body: bytes, client: int, pod: int) -> bytes:
+def pod_body(body: bytes, run: int, pod: int) -> bytes:
     """``body`` about another pod: kube-scheduler asks about each pod once per scheduling cycle."""
-    return body.replace(POD_UID, f"{client:08x}-{pod >> 48:04x}-4{pod >> 36 & 0xFFF:03x}-8{pod >> 24 & 0xFFF:03x}-{pod & 0xFFFFFF:012x}".encode(), 1)
+    return body.replace(POD_UID, f"{run:08x}-{pod >> 48:04x}-4{pod >> 36 & 0xFFF:03x}-8{pod >> 24 & 0xFFF:03x}-{pod & 0xFFFFFF:012x}".encode(), 1)
 
 
 def drive(
@@ -179,7 +180,6 @@ def drive(
     warmup: int,
     warmup_seconds: float = WARMUP_SECONDS,
     window: list[float] | None = None,
-    client: int = 0,
 ) -> dict[str, list[float]]:
     """One kept-alive connection, one request at a time; each verb's requests' seconds.
 
@@ -192,11 +192,12 @@ def drive(
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/json"}
     latencies: dict[str, list[float]] = {verb: [] for verb in VERBS}
+    run = secrets.randbits(32)  # pods of this drive only: not those of another scenario or client
     began = time.perf_counter()
     pod = 0
     while len(latencies[VERBS[-1]]) < requests:
         pod += 1
-        this = pod_body(body, client, pod)
+        this = pod_body(body, run, pod)
         measured = pod > warmup and time.perf_counter() - began >= warmup_seconds
         if measured and window is not None and not window:
             window.append(time.perf_counter())
@@ -216,18 +217,24 @@ def drive(
     return latencies
 
 
-def _drive_worker(args: tuple[int, bytes, int, int, float, int]) -> tuple[dict[str, list[float]], float, float]:
+def _drive_worker(args: tuple[int, bytes, int, int, float]) -> tuple[dict[str, list[float]], float, float]:
     """``drive`` in a client process: its latencies and the span of its measured requests."""
-    port, body, requests, warmup, warmup_seconds, client = args
+    port, body, requests, warmup, warmup_seconds = args
     window: list[float] = []
-    latencies = drive(port, body, requests, warmup, warmup_seconds, window, client)
+    latencies = drive(port, body, requests, warmup, warmup_seconds, window)
     return latencies, window[0], window[1]
 
 
 def measure(
     port: int, body: bytes, requests: int, connections: int, warmup_seconds: float = WARMUP_SECONDS
 ) -> dict[str, dict[str, float]]:
-    """Per verb: p50 and p99 in ms, and requests/s (each verb's share of the pods' span)."""
+    """Per verb: p50 and p99 in ms, and requests/s.
+
+    One client: the verb's requests over the time they took (its rate if served alone).
+    Several: the verb's requests over the span from the first client's first measured request
+    to the last client's last, the rate the clients observed; each pod sends one request of
+    each verb, so the verbs' rates are the pods' rate.
+    """
     warmup = max(5, requests // 10)
     if connections == 1:
         window: list[float] = []
@@ -235,18 +242,15 @@ def measure(
     else:
         # Throughput over the span in which all clients were measuring (no pool start-up, no warm-up).
         with mp.Pool(connections) as pool:
-            parts = pool.map(_drive_worker, [(port, body, requests, warmup, warmup_seconds, k) for k in range(connections)])
+            parts = pool.map(_drive_worker, [(port, body, requests, warmup, warmup_seconds)] * connections)
     figures = {}
     for verb in VERBS:
         per_client = [part[verb] for part, _, _ in parts]
         latencies = sorted(x for part in per_client for x in part)
-        # one client: the time this verb's requests took; several: their common span, shared by the verbs in proportion
         if connections == 1:
             wall = sum(latencies)
         else:
-            span = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
-            every = sum(sum(part[v]) for part, _, _ in parts for v in VERBS)
-            wall = span * sum(latencies) / every
+            wall = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
         figures[verb] = {
             "p50_ms": 1000 * statistics.median(latencies),
             "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],

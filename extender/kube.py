@@ -142,24 +142,31 @@ class ApiConnections:
         self.prefix = url.path.rstrip("/")
         self.timeout = timeout
         self.server_hostname = config.tls_server_name or url.hostname
-        self.context: ssl.SSLContext | None = None
-        if self.tls:
-            ctx = ssl.create_default_context(cafile=config.ssl_ca_cert, cadata=getattr(config, "ca_cert_data", None))
-            if not config.verify_ssl:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            if config.cert_file:
-                ctx.load_cert_chain(config.cert_file, config.key_file)
-            self.context = ctx
+        self.config = config
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
         self.close = weakref.finalize(self, _close_all, self._idle)  # idle connections, when dropped
 
+    def _context(self) -> ssl.SSLContext:
+        """TLS for a new connection, from the files as they are now (rotated certificates too)."""
+        config = self.config
+        ctx = ssl.create_default_context(cafile=config.ssl_ca_cert, cadata=getattr(config, "ca_cert_data", None))
+        ctx.hostname_checks_common_name = False  # as urllib3: subjectAltName only
+        if not config.verify_ssl:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if config.cert_file:
+            ctx.load_cert_chain(config.cert_file, config.key_file)
+        return ctx
+
     @staticmethod
     def covers(config: Any) -> bool:
         """The client's configuration is one these connections set up exactly as it would."""
+        from kubernetes.client.rest import should_bypass_proxies
+
+        proxy = getattr(config, "proxy", None)
         return (
-            not getattr(config, "proxy", None)
+            (not proxy or should_bypass_proxies(config.host, getattr(config, "no_proxy", None) or ""))
             and getattr(config, "assert_hostname", None) is None
             and getattr(config, "socket_options", None) is None
             and not getattr(config, "keep_alive", False)
@@ -193,32 +200,41 @@ class ApiConnections:
         with self._lock:
             while self._idle:
                 sock = self._idle.pop()
-                if not select.select([sock], [], [], 0)[0]:
-                    return sock
+                try:
+                    poll = select.poll()
+                    poll.register(sock, select.POLLIN)
+                    if not poll.poll(0):
+                        return sock
+                except (OSError, ValueError):
+                    pass
                 sock.close()  # readable while idle: closed by the server (or talking out of turn)
         raw = socket.create_connection(self.address, self.timeout)
         try:
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.context is None:
+            if not self.tls:
                 return raw
-            return self.context.wrap_socket(raw, server_hostname=self.server_hostname)
+            return self._context().wrap_socket(raw, server_hostname=self.server_hostname)
         except BaseException:
             raw.close()
             raise
 
     def _reply(self, sock: socket.socket) -> tuple[int, bytes, bool]:
         """Read one reply: (status, body, whether the connection may carry another)."""
-        buf = bytearray()
-        while (end := buf.find(b"\r\n\r\n")) < 0:
-            if len(buf) > self.MAX_HEAD_BYTES:
-                raise ExtenderError(f"the API server's reply head is over {self.MAX_HEAD_BYTES} bytes")
-            buf += self._recv(sock)
-        head = bytes(buf[:end]).split(b"\r\n")
-        rest = buf[end + 4 :]
-        version, _, status_rest = head[0].partition(b" ")
-        code = status_rest.partition(b" ")[0]
-        if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
-            raise ExtenderError(f"not an HTTP/1.x reply from the API server: {head[0][:80]!r}")
+        rest = bytearray()
+        while True:  # an interim (1xx) reply is followed by the reply
+            buf = rest
+            while (end := buf.find(b"\r\n\r\n")) < 0:
+                if len(buf) > self.MAX_HEAD_BYTES:
+                    raise ExtenderError(f"the API server's reply head is over {self.MAX_HEAD_BYTES} bytes")
+                buf += self._recv(sock)
+            head = bytes(buf[:end]).split(b"\r\n")
+            rest = buf[end + 4 :]
+            version, _, status_rest = head[0].partition(b" ")
+            code = status_rest.partition(b" ")[0]
+            if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
+                raise ExtenderError(f"not an HTTP/1.x reply from the API server: {head[0][:80]!r}")
+            if not code.startswith(b"1") or code == b"101":
+                break
         length: int | None = None
         chunked = False
         close = version == b"HTTP/1.0"
@@ -233,7 +249,9 @@ class ApiConnections:
                 chunked = value.endswith(b"chunked")
             elif name == b"connection":
                 close = b"close" in value or (version == b"HTTP/1.0" and b"keep-alive" not in value)
-        if chunked:
+        if code in (b"204", b"304"):  # no body, whatever the headers say
+            data, extra = b"", bool(rest)
+        elif chunked:
             data, extra = self._chunked(sock, rest)
         elif length is not None:
             if length > self.MAX_BODY_BYTES:
@@ -253,6 +271,8 @@ class ApiConnections:
         body = bytearray()
         while True:
             while (eol := buf.find(b"\r\n")) < 0:
+                if len(buf) > self.MAX_HEAD_BYTES:
+                    raise ExtenderError("the API server's reply has a chunk size line that does not end")
                 buf += self._recv(sock)
             size_field = bytes(buf[:eol]).split(b";")[0].strip()
             try:
@@ -262,6 +282,8 @@ class ApiConnections:
             del buf[: eol + 2]
             if size == 0:
                 while (end := buf.find(b"\r\n")) != 0 and (end := buf.find(b"\r\n\r\n")) < 0:
+                    if len(buf) > self.MAX_HEAD_BYTES:
+                        raise ExtenderError(f"the API server's reply trailers are over {self.MAX_HEAD_BYTES} bytes")
                     buf += self._recv(sock)  # trailers, if any, end with an empty line
                 del buf[: end + (2 if end == 0 else 4)]
                 return bytes(body), bool(buf)

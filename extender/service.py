@@ -78,7 +78,7 @@ class Extender:
         self.server_id_label = server_id_label
         # node name -> physical server id, replaced whole by the node watch (never mutated)
         self.node_servers: Mapping[str, str] = {}
-        self._alias: tuple[tuple[int, int], Mapping[str, int]] | None = None
+        self._alias: tuple[int, Mapping[str, str], Mapping[str, int]] | None = None  # (version, node_servers, alias)
         # The last evaluation and what it read (see _same_cycle).
         self._cycle: tuple[tuple[object, ...], Decision] | None = None
 
@@ -94,7 +94,7 @@ class Extender:
         held = self.occupancy.per_row(arrays.index, len(arrays)) if self.occupancy is not None else None
         # Everything the evaluation reads but the pod, the nodes and the time: each is replaced,
         # never written in place, when it changes.
-        inputs = (arrays, snap.owner_cores, index, pred_cores, pred_gpus, own, held)
+        inputs = (snap, index, pred_cores, pred_gpus, own, held)
         decision = self._same_cycle(args, inputs, now)
         if decision is None:
             decision = self._evaluate(args, snap, index, pred_cores, pred_gpus, own, held, now)
@@ -188,9 +188,8 @@ class Extender:
                 servers = {**servers, **from_request}
         if not servers:
             return index
-        key = (snap.version, id(servers))
-        if self._alias is not None and self._alias[0] == key:
-            return self._alias[1]
+        if self._alias is not None and self._alias[0] == snap.version and self._alias[1] is servers:
+            return self._alias[2]
         server_rows = snap.server_rows
         alias = dict(index)
         for node_name, server in servers.items():
@@ -198,7 +197,7 @@ class Extender:
             if row is not None and node_name not in index:
                 alias[node_name] = row
         if servers is self.node_servers:
-            self._alias = (key, alias)
+            self._alias = (snap.version, servers, alias)
         return alias
 
     # -- verbs ----------------------------------------------------------------------------------

@@ -19,6 +19,16 @@ import pytest
 from joulesched.extender.errors import ExtenderError
 from joulesched.extender.kube import ApiConnections
 
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy")
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubernetes client's Configuration reads the proxy variables: these tests set their own."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
 OK = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n" b'{"status":"fine"}'
 
 
@@ -127,9 +137,12 @@ def test_a_chunked_reply_sent_in_pieces_is_read_whole_with_its_trailers(serve) -
 
 
 def test_a_reply_that_closes_or_a_server_that_closed_the_idle_connection_costs_a_new_connection(serve) -> None:  # type: ignore[no-untyped-def]
+    closed = threading.Event()
+
     def then_close(conn: socket.socket) -> None:
         conn.sendall(OK)
         conn.close()
+        closed.set()
 
     def to_the_end(conn: socket.socket) -> None:  # no length: the body runs to the end of the connection
         conn.sendall(b"HTTP/1.0 200 OK\r\n\r\nto the end")
@@ -138,12 +151,33 @@ def test_a_reply_that_closes_or_a_server_that_closed_the_idle_connection_costs_a
     server, conns = serve([OK.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1), then_close, OK, to_the_end, OK])
     assert post(conns)[0] == 201
     assert post(conns)[0] == 201  # on a new connection: the last reply said close
-    time.sleep(0.05)
+    assert closed.wait(5)
     assert post(conns)[0] == 201  # the server closed the idle one after replying: found, and replaced
     assert server.connections == 3
     assert post(conns) == (200, b"to the end")  # on the third connection, which is then not kept
     assert post(conns)[0] == 201
     assert server.connections == 4
+
+
+def test_replies_without_a_body_interim_replies_and_http_1_0_framing_are_read_as_http_says(serve) -> None:  # type: ignore[no-untyped-def]
+    server, conns = serve([
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 99\r\n\r\n",  # 204: no body, whatever the length says
+        b"HTTP/1.1 100 Continue\r\n\r\n" + OK,  # an interim reply, then the reply
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",  # HTTP/1.0: closed after, unless it says keep-alive
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok",
+        OK.replace(b"\r\n\r\n", b"\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n", 1).replace(b"Content-Length: 17\r\n", b"").replace(
+            b'{"status":"fine"}', b'11\r\n{"status":"fine"}\r\n0\r\n\r\n'),
+        OK,
+    ])
+    assert post(conns) == (204, b"")
+    assert post(conns) == (201, b'{"status":"fine"}')
+    assert server.connections == 1
+    assert post(conns) == (200, b"ok")
+    assert post(conns) == (200, b"ok")  # on a second connection, kept for the next
+    assert server.connections == 2
+    assert post(conns) == (201, b'{"status":"fine"}')  # chunked, then closed
+    assert post(conns)[0] == 201
+    assert server.connections == 3
 
 
 @pytest.mark.parametrize(
@@ -156,9 +190,11 @@ def test_a_reply_that_closes_or_a_server_that_closed_the_idle_connection_costs_a
         (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size b'zz'"),
         (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd\r\n", "chunk not ended by CRLF"),
         (b"HTTP/1.1 201 Created\r\nX: " + b"x" * 70000, "reply head is over 65536 bytes"),
+        (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n" + b"0" * 70000, "chunk size line that does not end"),
+        (b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: " + b"x" * 70000, "trailers are over 65536 bytes"),
     ],
     ids=["not HTTP", "a four-digit status", "a length not a number", "a body too large", "a chunk size not hex",
-         "a chunk longer than it said", "a head that never ends"],
+         "a chunk longer than it said", "a head that never ends", "a chunk size that never ends", "trailers that never end"],
 )
 def test_a_reply_that_is_not_http_or_breaks_its_own_framing_is_refused_by_name(serve, reply, message) -> None:  # type: ignore[no-untyped-def]
     server, conns = serve([reply, OK])
@@ -193,8 +229,9 @@ def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(serve) ->
     ("changes", "covered"),
     [({}, True), ({"host": "http://127.0.0.1:8080"}, True), ({"proxy": "http://proxy:3128"}, False),
      ({"assert_hostname": "kubernetes"}, False), ({"socket_options": [(6, 1, 1)]}, False), ({"keep_alive": True}, False),
-     ({"host": "unix:///run/api.sock"}, False)],
-    ids=["https", "http", "a proxy", "assert_hostname", "socket options", "TCP keep-alive", "another scheme"],
+     ({"host": "unix:///run/api.sock"}, False), ({"proxy": "http://proxy:3128", "no_proxy": "10.0.0.0/8"}, True)],
+    ids=["https", "http", "a proxy", "assert_hostname", "socket options", "TCP keep-alive", "another scheme",
+         "a proxy the API server bypasses"],
 )
 def test_only_configurations_set_up_exactly_as_the_kubernetes_client_would_are_covered(changes: dict[str, Any], covered: bool) -> None:
     from kubernetes import client
