@@ -325,13 +325,21 @@ def _status_message(data: bytes) -> str:
 # here), so a connection silent for longer than this is dead, not idle, and is opened again.
 WATCH_SECONDS = 300
 WATCH_READ_TIMEOUT_SECONDS = WATCH_SECONDS + 30
+# Once a watch has read every event that has arrived, it waits this long before it reads on,
+# so that the events of a burst (one a binding, 3–5 ms apart) are read a batch at a time: a
+# watch thread woken for each event cost 210–460 µs of CPU an event under a burst, against
+# 60–85 µs to read one (docs/benchmarks.md, "The pod watch's CPU"). The first event after a
+# quiet spell is read at once; the others of a burst up to this much later.
+WATCH_BATCH_SECONDS = 0.05
 
 
 class WatchExpired(ExtenderError):
     """The watch's resourceVersion is too old (410 Gone): list again, now."""
 
 
-def watch_events(list_call: Callable[..., Any], **params: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+def watch_events(
+    list_call: Callable[..., Any], batch_seconds: float = WATCH_BATCH_SECONDS, **params: Any
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """The events of one watch request, as ``(type, object)``, the object as the API's JSON.
 
     ``list_call`` is a generated list method (``CoreV1Api.list_node``…); its watch response is
@@ -343,7 +351,9 @@ def watch_events(list_call: Callable[..., Any], **params: Any) -> Iterator[tuple
     event, with the API's message, except 410 Gone (the resourceVersion expired), which raises
     ``WatchExpired``: list again at once. The reader costs no more than the library's: 63–66 µs of CPU
     an event against 72–85 µs (docs/benchmarks.md, "The pod watch's CPU").
-    The response is closed when the caller stops iterating.
+    When every event that has arrived is read, the next read waits ``batch_seconds`` (see
+    ``WATCH_BATCH_SECONDS``; 0 reads on at once). The response is closed when the caller stops
+    iterating.
     """
     resp = list_call(
         watch=True,
@@ -353,7 +363,7 @@ def watch_events(list_call: Callable[..., Any], **params: Any) -> Iterator[tuple
         **params,
     )
     try:
-        for line in _lines(resp):
+        for line in _lines(resp, batch_seconds):
             try:
                 event = orjson.loads(line)
             except orjson.JSONDecodeError as err:
@@ -370,14 +380,16 @@ def watch_events(list_call: Callable[..., Any], **params: Any) -> Iterator[tuple
         resp.release_conn()
 
 
-def _lines(resp: Any) -> Iterator[bytes]:
+def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
     """The response's newline-ended lines (kube-apiserver writes one event a line, a chunk each).
 
     A response that is not chunked (through some proxy) is read with ``read1``, which returns
-    what has arrived: ``stream(n)`` would wait for n bytes, holding events back.
+    what has arrived: ``stream(n)`` would wait for n bytes, holding events back. After a chunk,
+    when its connection has nothing more to read, the next read waits ``batch_seconds``.
     """
     pending = b""
     chunks = resp.read_chunked(decode_content=True) if resp.chunked else iter(lambda: resp.read1(65536, decode_content=True), b"")
+    sock = getattr(getattr(resp, "connection", None), "sock", None) if batch_seconds > 0 else None
     for chunk in chunks:
         if pending:
             chunk = pending + chunk
@@ -387,8 +399,27 @@ def _lines(resp: Any) -> Iterator[bytes]:
                 yield chunk[start:end]
             start = end + 1
         pending = chunk[start:]
+        if sock is not None and not _readable(sock):
+            time.sleep(batch_seconds)
     if pending.strip():
         yield pending
+
+
+def _readable(sock: Any) -> bool:
+    """Bytes have arrived on the connection, or TLS holds some decrypted (True too when that
+    cannot be told: the next read then says what is wrong, without waiting first).
+
+    What http.client has buffered already is not seen: at worst those lines wait one batch.
+    """
+    try:
+        pending = getattr(sock, "pending", None)
+        if pending is not None and pending():
+            return True
+        poll = select.poll()
+        poll.register(sock, select.POLLIN)
+        return bool(poll.poll(0))
+    except (OSError, ValueError):
+        return True  # closed under us: the next read says so, without waiting first
 
 
 class _Watch:

@@ -3,6 +3,7 @@ a line, however the lines fall into chunks; anything else is refused by name, ne
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -166,3 +167,61 @@ def test_the_deferrers_pod_cache_lists_again_at_once_on_410_and_backs_off_on_oth
         assert core.lists == 2  # still waiting, not listing in a loop
     finally:
         cache.stop()
+
+
+def _burst_server(gaps: list[float]) -> tuple[int, list[float]]:
+    """A loopback server answering one GET with a chunked watch: an event after each gap (s).
+
+    Returns the port and the list it fills with each event's send time (monotonic).
+    """
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    sent: list[float] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for i, gap in enumerate(gaps):
+                time.sleep(gap)
+                line = event("ADDED", f"p{i}")
+                sent.append(time.monotonic())
+                conn.sendall(b"%x\r\n" % len(line) + line + b"\r\n")  # one event, one chunk, one write
+            conn.sendall(b"0\r\n\r\n")
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1], sent
+
+
+@pytest.mark.parametrize("batch", [0.05, 0.0])
+def test_a_burst_of_events_is_read_a_batch_at_a_time_and_a_lone_event_at_once(batch: float) -> None:
+    # Through urllib3 as the kubernetes client reads a watch (_preload_content=False): one event,
+    # a quiet spell, then 40 events 5 ms apart, as kube-apiserver sends a burst's bindings.
+    import urllib3
+
+    port, sent = _burst_server([0.0, 0.3] + [0.005] * 39)
+    pool = urllib3.PoolManager()
+
+    def list_call(**params: Any) -> Any:
+        return pool.request("GET", f"http://127.0.0.1:{port}/api/v1/pods?watch=1", preload_content=False)
+
+    got = [(obj["metadata"]["name"], time.monotonic()) for _, obj in watch_events(list_call, batch_seconds=batch)]
+    assert [name for name, _ in got] == [f"p{i}" for i in range(41)]
+    at = [t for _, t in got]
+    wakes = 1 + sum(1 for a, b in itertools.pairwise(at) if b - a > 0.002)  # reads that found new events
+    late = max(t - s for t, s in zip(at, sent, strict=True))
+    if batch:
+        # The lone event and the burst's first are read at once, not a batch later: before
+        # the next one was even sent.
+        assert at[0] < sent[1] and at[1] < sent[2]
+        assert wakes <= 8, f"{wakes} reads for 41 events"  # 200 ms of burst / 50 ms, and the two lone ones
+        assert late < batch + 0.5
+    else:
+        assert wakes >= 25, f"{wakes} reads for 41 events"  # one an event, but for the machine's hiccups
