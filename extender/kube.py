@@ -331,6 +331,7 @@ WATCH_READ_TIMEOUT_SECONDS = WATCH_SECONDS + 30
 # 60–85 µs to read one (docs/benchmarks.md, "The pod watch's CPU"). The first event after a
 # quiet spell is read at once; the others of a burst up to this much later.
 WATCH_BATCH_SECONDS = 0.05
+BLOCKED_READ_SECONDS = 0.001  # a read that took longer waited for the network, not a buffer
 
 
 class WatchExpired(ExtenderError):
@@ -384,13 +385,22 @@ def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
     """The response's newline-ended lines (kube-apiserver writes one event a line, a chunk each).
 
     A response that is not chunked (through some proxy) is read with ``read1``, which returns
-    what has arrived: ``stream(n)`` would wait for n bytes, holding events back. After a chunk,
-    when its connection has nothing more to read, the next read waits ``batch_seconds``.
+    what has arrived: ``stream(n)`` would wait for n bytes, holding events back. After a read
+    that waited for its bytes, once what came is read and the connection has nothing more, the
+    next read waits ``batch_seconds``: once a batch, so no event waits more than one batch.
     """
     pending = b""
     chunks = resp.read_chunked(decode_content=True) if resp.chunked else iter(lambda: resp.read1(65536, decode_content=True), b"")
     sock = getattr(getattr(resp, "connection", None), "sock", None) if batch_seconds > 0 else None
-    for chunk in chunks:
+    waited = True  # a read since the last wait waited for the network: the next wait starts a batch
+    while True:
+        arrived = sock is not None and _readable(sock)
+        before = time.monotonic()
+        chunk = next(chunks, None)
+        if chunk is None:
+            break
+        # (A read of what had arrived may be slow too, waiting for the GIL: not a wait for the network.)
+        waited = waited or (not arrived and time.monotonic() - before > BLOCKED_READ_SECONDS)
         if pending:
             chunk = pending + chunk
         start = 0
@@ -399,8 +409,12 @@ def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
                 yield chunk[start:end]
             start = end + 1
         pending = chunk[start:]
-        if sock is not None and not _readable(sock):
+        # Once a batch: after a read that waited, when the events that came are all read (none
+        # cut in two, nothing more on the connection). Chunks http.client had already buffered
+        # come at once, and wait for nothing.
+        if sock is not None and waited and not pending and not _readable(sock):
             time.sleep(batch_seconds)
+            waited = False
     if pending.strip():
         yield pending
 
@@ -409,7 +423,8 @@ def _readable(sock: Any) -> bool:
     """Bytes have arrived on the connection, or TLS holds some decrypted (True too when that
     cannot be told: the next read then says what is wrong, without waiting first).
 
-    What http.client has buffered already is not seen: at worst those lines wait one batch.
+    What http.client has buffered already is not seen here; those chunks are read without a
+    wait (see ``_lines``).
     """
     try:
         pending = getattr(sock, "pending", None)

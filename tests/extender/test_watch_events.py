@@ -169,11 +169,10 @@ def test_the_deferrers_pod_cache_lists_again_at_once_on_410_and_backs_off_on_oth
         cache.stop()
 
 
-def _burst_server(gaps: list[float]) -> tuple[int, list[float]]:
-    """A loopback server answering one GET with a chunked watch: an event after each gap (s).
-
-    Returns the port and the list it fills with each event's send time (monotonic).
-    """
+def _watch_server(script: list[tuple[float, list[bytes]]]) -> tuple[int, list[float]]:
+    """A loopback server answering one GET with a chunked watch, as kube-apiserver writes one:
+    for each ``(gap, chunks)`` of the script it waits ``gap`` seconds, then writes those chunks
+    in one write. Returns the port and the list it fills with each write's time (monotonic)."""
     import socket
     import threading
 
@@ -188,11 +187,10 @@ def _burst_server(gaps: list[float]) -> tuple[int, list[float]]:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.recv(65536)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
-            for i, gap in enumerate(gaps):
+            for gap, chunks in script:
                 time.sleep(gap)
-                line = event("ADDED", f"p{i}")
                 sent.append(time.monotonic())
-                conn.sendall(b"%x\r\n" % len(line) + line + b"\r\n")  # one event, one chunk, one write
+                conn.sendall(b"".join(b"%x\r\n" % len(c) + c + b"\r\n" for c in chunks))
             conn.sendall(b"0\r\n\r\n")
         srv.close()
 
@@ -200,28 +198,52 @@ def _burst_server(gaps: list[float]) -> tuple[int, list[float]]:
     return srv.getsockname()[1], sent
 
 
-@pytest.mark.parametrize("batch", [0.05, 0.0])
-def test_a_burst_of_events_is_read_a_batch_at_a_time_and_a_lone_event_at_once(batch: float) -> None:
-    # Through urllib3 as the kubernetes client reads a watch (_preload_content=False): one event,
-    # a quiet spell, then 40 events 5 ms apart, as kube-apiserver sends a burst's bindings.
+def _read_watch(port: int, batch: float) -> list[tuple[str, float]]:
+    """The events' names and when each was read, through urllib3 as the kubernetes client reads
+    a watch (``_preload_content=False``)."""
     import urllib3
 
-    port, sent = _burst_server([0.0, 0.3] + [0.005] * 39)
     pool = urllib3.PoolManager()
 
     def list_call(**params: Any) -> Any:
         return pool.request("GET", f"http://127.0.0.1:{port}/api/v1/pods?watch=1", preload_content=False)
 
-    got = [(obj["metadata"]["name"], time.monotonic()) for _, obj in watch_events(list_call, batch_seconds=batch)]
+    try:
+        return [(obj["metadata"]["name"], time.monotonic()) for _, obj in watch_events(list_call, batch_seconds=batch)]
+    finally:
+        pool.clear()
+
+
+@pytest.mark.parametrize("batch", [0.05, 0.0])
+def test_a_burst_of_events_is_read_a_batch_at_a_time_and_a_lone_event_at_once(batch: float) -> None:
+    # One event, a quiet spell, one more, then 40 events 5 ms apart, each its own chunk and
+    # write, as kube-apiserver sends a burst's bindings.
+    port, sent = _watch_server([(0.0, [event("ADDED", "p0")]), (0.3, [event("ADDED", "p1")])]
+                               + [(0.1 if i == 2 else 0.005, [event("ADDED", f"p{i}")]) for i in range(2, 41)])
+    got = _read_watch(port, batch)
     assert [name for name, _ in got] == [f"p{i}" for i in range(41)]
     at = [t for _, t in got]
     wakes = 1 + sum(1 for a, b in itertools.pairwise(at) if b - a > 0.002)  # reads that found new events
     late = max(t - s for t, s in zip(at, sent, strict=True))
     if batch:
-        # The lone event and the burst's first are read at once, not a batch later: before
-        # the next one was even sent.
+        # The lone events are read at once: before the next one is even sent (100 ms later).
         assert at[0] < sent[1] and at[1] < sent[2]
-        assert wakes <= 8, f"{wakes} reads for 41 events"  # 200 ms of burst / 50 ms, and the two lone ones
-        assert late < batch + 0.5
+        assert wakes <= 15, f"{wakes} reads for 41 events"  # 200 ms of burst / 50 ms, the lone ones, hiccups
+        assert late < batch + 0.25, f"an event read {late:.3f} s after it was sent"
     else:
         assert wakes >= 25, f"{wakes} reads for 41 events"  # one an event, but for the machine's hiccups
+
+
+def test_events_that_arrive_together_or_cut_in_two_wait_one_batch_at_most() -> None:
+    # Twenty small events in one write (all of them in http.client's buffer after its first
+    # read), and, after a quiet spell, one event cut into two chunks 1 ms apart: neither waits a
+    # batch an event, nor the cut one a batch at all.
+    line = event("ADDED", "cut")
+    port, sent = _watch_server(
+        [(0.0, [event("ADDED", f"e{i}") for i in range(20)]), (0.3, [line[:40]]), (0.001, [line[40:]])]
+    )
+    got = _read_watch(port, 0.05)
+    assert [name for name, _ in got] == [f"e{i}" for i in range(20)] + ["cut"]
+    together = [t for name, t in got if name != "cut"]
+    assert max(together) - sent[0] < 0.05 + 0.25, "twenty events read one batch apart each"
+    assert got[-1][1] - sent[2] < 0.04, f"the cut event read {got[-1][1] - sent[2]:.3f} s after its end was sent"
