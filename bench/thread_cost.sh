@@ -25,7 +25,7 @@ trap 'kill "$bench" 2>/dev/null || true' EXIT
 snap() { # tid voluntary involuntary cpu-ticks, for each thread of process $1
   for t in /proc/"$1"/task/*; do
     [ -r "$t/status" ] || continue
-    echo "${t##*/} $(awk '/^voluntary_ctxt/{v=$2} /^nonvoluntary_ctxt/{n=$2} END{print v, n}' "$t/status") $(awk '{print $14+$15}' "$t/stat")"
+    echo "${t##*/} $(awk '/^voluntary_ctxt/{v=$2} /^nonvoluntary_ctxt/{n=$2} END{print v, n}' "$t/status") $(sed 's/.*) //' "$t/stat" | awk '{print $12+$13}')"
   done 2>/dev/null | sort -k1,1
 }
 : >"$out.threads.txt"
@@ -48,16 +48,16 @@ while kill -0 "$bench" 2>/dev/null; do
   names=""
   if command -v py-spy >/dev/null; then
     sleep 1
-    names=$(py-spy dump -p "$worker" 2>/dev/null | sed -n 's/^Thread \([0-9]*\) ([a-z]*): "\(.*\)"$/\1 \2/p' | sort -k1,1 || true)
+    names=$(py-spy dump -p "$worker" 2>/dev/null | sed -n 's/^Thread \([0-9]*\) ([a-z+]*): "\(.*\)"$/\1 \2/p' | sort -k1,1 || true)
   fi
   after=$before metrics=""
   while kill -0 "$sched" 2>/dev/null; do
     after=$(snap "$worker")
-    if [ -n "$port" ]; then
-      metrics=$(curl -s "http://$port/metrics" | grep -E '^joulesched_extender_(requests_total\{code="200"|connections_total|bind_waits_total)' || true)
-    fi
     sleep 0.2
   done
+  if [ -n "$port" ]; then  # once, after the burst: each read is a connection of its own
+    metrics=$(curl -s "http://$port/metrics" | grep -E '^joulesched_extender_(requests_total\{code="200"|connections_total|bind_waits_total)' || true)
+  fi
   {
     echo "# burst of kube-scheduler $sched ($(date -u +%H:%M:%S) UTC), worker $worker: thread, voluntary and involuntary switches, CPU s"
     join -a2 -e0 -o 2.1,1.2,1.3,1.4,2.2,2.3,2.4 <(echo "$before") <(echo "$after") |

@@ -387,7 +387,11 @@ def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
     A response that is not chunked (through some proxy) is read with ``read1``, which returns
     what has arrived: ``stream(n)`` would wait for n bytes, holding events back. After a read
     that waited for its bytes, once what came is read and the connection has nothing more, the
-    next read waits ``batch_seconds``: once a batch, so no event waits more than one batch.
+    next read waits ``batch_seconds``: once a batch, so an event waits one batch at most — but
+    for one that http.client had buffered already, read by a thread held back over 1 ms (the
+    GIL, the CPU) and so taken for a read that waited: such a read waits a batch too, at most
+    as many times as events fit in http.client's buffer (8 KiB; one TLS record, usually one
+    event, from kube-apiserver).
     """
     pending = b""
     chunks = resp.read_chunked(decode_content=True) if resp.chunked else iter(lambda: resp.read1(65536, decode_content=True), b"")
