@@ -398,7 +398,7 @@ def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
     sock = getattr(getattr(resp, "connection", None), "sock", None) if batch_seconds > 0 else None
     waited = True  # a read since the last wait waited for the network: the next wait starts a batch
     while True:
-        arrived = sock is not None and _readable(sock)
+        arrived = sock is not None and not waited and _readable(sock)  # (once waited, no need to look)
         before = time.monotonic()
         chunk = next(chunks, None)
         if chunk is None:

@@ -4,12 +4,15 @@ a line, however the lines fall into chunks; anything else is refused by name, ne
 from __future__ import annotations
 
 import itertools
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import pytest
+import urllib3
 
 from joulesched.extender.errors import ExtenderError
 from joulesched.extender.kube import WATCH_READ_TIMEOUT_SECONDS, WATCH_SECONDS, WatchExpired, watch_events
@@ -173,9 +176,6 @@ def _watch_server(script: list[tuple[float, list[bytes]]]) -> tuple[int, list[fl
     """A loopback server answering one GET with a chunked watch, as kube-apiserver writes one:
     for each ``(gap, chunks)`` of the script it waits ``gap`` seconds, then writes those chunks
     in one write. Returns the port and the list it fills with each write's time (monotonic)."""
-    import socket
-    import threading
-
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
@@ -201,8 +201,6 @@ def _watch_server(script: list[tuple[float, list[bytes]]]) -> tuple[int, list[fl
 def _read_watch(port: int, batch: float) -> list[tuple[str, float]]:
     """The events' names and when each was read, through urllib3 as the kubernetes client reads
     a watch (``_preload_content=False``)."""
-    import urllib3
-
     pool = urllib3.PoolManager()
 
     def list_call(**params: Any) -> Any:
