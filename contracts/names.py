@@ -281,6 +281,13 @@ EXT_BIND_WAITS = _m(
     "(bound: they came; deadline: bind.wait_seconds passed first, and the pods still unbound were dropped).",
     "outcome",
 )
+EXT_BIND_WAIT_SECONDS = _m(
+    "extender_bind_wait_seconds_total",
+    "counter",
+    "Seconds decisions spent waiting for the bindings of pods answered before them (bind verb), by outcome "
+    "as in extender_bind_waits_total: time on kube-scheduler's scheduling cycle that no CPU is spent in.",
+    "outcome",
+)
 EXT_CONNECTIONS = _m(
     "extender_connections_total",
     "counter",

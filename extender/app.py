@@ -79,10 +79,11 @@ def create_app(
     predicted = PredictedLoad(config.predicted_ttl_seconds, config.predicted_settle_seconds)
     occupancy = Occupancy() if config.watch_pods else None
     binder = make_binder(config) if config.bind_enabled else None
-    unbound = Unbound(
-        config.bind_wait_seconds if config.bind_enabled else 0.0,
-        on_wait=lambda outcome: metrics.bind_waits.labels(outcome).inc(),
-    )
+    def waited(outcome: str, seconds: float) -> None:
+        metrics.bind_waits.labels(outcome).inc()
+        metrics.bind_wait_seconds.labels(outcome).inc(seconds)
+
+    unbound = Unbound(config.bind_wait_seconds if config.bind_enabled else 0.0, on_wait=waited)
     ext = Extender(
         source,
         config.policy,

@@ -78,6 +78,9 @@ class ExtenderMetrics:
             m.EXT_PROFILES.name, m.EXT_PROFILES.help, list(m.EXT_PROFILES.labels), registry=reg, multiprocess_mode="mostrecent"
         )
         self.bind_waits = Counter(_base(m.EXT_BIND_WAITS), m.EXT_BIND_WAITS.help, labels(m.EXT_BIND_WAITS), registry=reg)
+        self.bind_wait_seconds = Counter(
+            _base(m.EXT_BIND_WAIT_SECONDS), m.EXT_BIND_WAIT_SECONDS.help, labels(m.EXT_BIND_WAIT_SECONDS), registry=reg
+        )
         self.connections = Counter(_base(m.EXT_CONNECTIONS), m.EXT_CONNECTIONS.help, registry=reg)
         self.predicted_pods = Gauge(
             m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="livesum"

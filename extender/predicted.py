@@ -259,10 +259,13 @@ class Unbound:
     arrives (a scheduler whose config no longer names the bind verb costs one wait).
 
     Without the bind verb there is nothing to wait for (the pod watch learns a binding only
-    after kube-scheduler's rate-limited API write, a burst later), and nothing waits.
+    after kube-scheduler's rate-limited API write, a burst later), and nothing waits. Both are
+    kept per scheduler (the pod's ``spec.schedulerName``): a scheduler that binds by itself,
+    sharing the extender with one that binds through it, neither waits for its pods' bindings
+    to reach the watch nor makes the other's decisions wait for them.
     """
 
-    # A bind seen this recently means kube-scheduler binds through this extender.
+    # A bind seen this recently means that scheduler binds through this extender.
     ACTIVE_SECONDS = 60.0
 
     def __init__(
@@ -270,67 +273,72 @@ class Unbound:
         wait_seconds: float,
         max_pods: int = 10_000,
         monotonic: Callable[[], float] = time.monotonic,
-        on_wait: Callable[[str], None] | None = None,
+        on_wait: Callable[[str, float], None] | None = None,
     ) -> None:
         self.wait_seconds = wait_seconds
-        self.on_wait = on_wait  # called with "bound" or "deadline" after a decision waited
+        self.on_wait = on_wait  # called with "bound" or "deadline" and the seconds, after a decision waited
         self.max_pods = max_pods
         self._monotonic = monotonic
-        # uid -> (cores, gpus) of recent answers, for the bind verb, which names only the node:
-        # kept past a deadline (a late bind still knows its pod's load), bounded by max_pods.
-        self._demand: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._waiting: set[str] = set()  # answered while waiting was active, not bound yet
+        # uid -> (cores, gpus, scheduler) of recent answers, for the bind verb, which names only
+        # the node: kept past a deadline (a late bind still knows its pod's load), bounded by max_pods.
+        self._demand: OrderedDict[str, tuple[float, float, str]] = OrderedDict()
+        self._waiting: dict[str, str] = {}  # uid -> scheduler: answered while its scheduler was active, not bound yet
         self._cond = threading.Condition()
-        self._last_bind = -math.inf
+        self._last_bind: dict[str, float] = {}  # scheduler -> when a bind of one of its pods last came
 
-    def decided(self, uid: str, cores: float, gpus: float) -> None:
+    def decided(self, uid: str, cores: float, gpus: float, scheduler: str = "") -> None:
         """``uid`` was answered (filter with a node passing, or prioritize) with this demand."""
         if not uid:
             return
         with self._cond:
-            self._demand[uid] = (cores, gpus)
+            self._demand[uid] = (cores, gpus, scheduler)
             self._demand.move_to_end(uid)
             while len(self._demand) > self.max_pods:
-                self._waiting.discard(self._demand.popitem(last=False)[0])
-            if self.active():
-                self._waiting.add(uid)
+                self._waiting.pop(self._demand.popitem(last=False)[0], None)
+            if self.active(scheduler):
+                self._waiting[uid] = scheduler
 
     def demand(self, uid: str) -> tuple[float, float] | None:
-        return self._demand.get(uid)
+        entry = self._demand.get(uid)
+        return None if entry is None else entry[:2]
 
     def bound(self, uid: str, *, by_bind_verb: bool) -> None:
         with self._cond:
-            if by_bind_verb:
-                self._last_bind = self._monotonic()
-            self._demand.pop(uid, None)
-            if uid in self._waiting:
-                self._waiting.discard(uid)
+            entry = self._demand.pop(uid, None)
+            if by_bind_verb and entry is not None:  # a pod never answered here names no scheduler
+                now = self._monotonic()
+                if entry[2] not in self._last_bind:
+                    self._last_bind = {s: t for s, t in self._last_bind.items() if now - t < self.ACTIVE_SECONDS}
+                self._last_bind[entry[2]] = now
+            if self._waiting.pop(uid, None) is not None:
                 self._cond.notify_all()
 
-    def active(self) -> bool:
-        return self._monotonic() - self._last_bind < self.ACTIVE_SECONDS
+    def active(self, scheduler: str = "") -> bool:
+        """Whether a bind of one of ``scheduler``'s pods came through the bind verb lately."""
+        return self._monotonic() - self._last_bind.get(scheduler, -math.inf) < self.ACTIVE_SECONDS
 
-    def wait_for_others(self, uid: str) -> float:
-        """Wait until every other pod answered and not yet bound is bound; seconds waited.
+    def wait_for_others(self, uid: str, scheduler: str = "") -> float:
+        """Wait until every other pod of ``scheduler`` answered and not yet bound is bound; seconds waited.
 
         kube-scheduler answers one pod at a time, so these are the pods answered before
-        ``uid`` (two schedulers sharing the extender would also wait on each other's).
+        ``uid`` (two schedulers of one name sharing the extender would also wait on each other's).
         """
-        if self.wait_seconds <= 0 or not self.active():
+        if self.wait_seconds <= 0 or not self.active(scheduler):
             return 0.0
         start = self._monotonic()
         deadline = start + self.wait_seconds
         outcome = None
         with self._cond:
-            while self._waiting - {uid}:
+            while any(s == scheduler and u != uid for u, s in self._waiting.items()):
                 outcome = "bound"
                 left = deadline - self._monotonic()
                 if left <= 0:
-                    self._waiting &= {uid}
+                    self._waiting = {u: s for u, s in self._waiting.items() if s != scheduler or u == uid}
                     outcome = "deadline"
-                    self._last_bind = -math.inf
+                    self._last_bind.pop(scheduler, None)
                     break
                 self._cond.wait(left)
+        waited = self._monotonic() - start
         if outcome is not None and self.on_wait is not None:
-            self.on_wait(outcome)
-        return self._monotonic() - start
+            self.on_wait(outcome, waited)
+        return waited

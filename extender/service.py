@@ -204,7 +204,7 @@ class Extender:
 
     def filter(self, body: bytes) -> dict[str, Any] | wire.Encoded:
         args = wire.parse_extender_args(body, self.server_id_label)
-        self.unbound.wait_for_others(wire.pod_identity(args.pod)[2])
+        self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         failed = d.evaluation.failed
         passed = np.flatnonzero(~failed).tolist()
@@ -217,7 +217,7 @@ class Extender:
 
     def prioritize(self, body: bytes) -> list[dict[str, Any]]:
         args = wire.parse_extender_args(body, self.server_id_label)
-        self.unbound.wait_for_others(wire.pod_identity(args.pod)[2])
+        self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         scores = d.evaluation.scores
         self._decided(d)
@@ -266,7 +266,8 @@ class Extender:
     def _decided(self, d: Decision) -> None:
         if self.binder is None:
             return  # nothing binds through here: nobody waits, nobody asks for the demand
-        self.unbound.decided(wire.pod_identity(d.args.pod)[2], d.demand.cpu_cores, float(d.demand.gpus))
+        pod = d.args.pod
+        self.unbound.decided(wire.pod_identity(pod)[2], d.demand.cpu_cores, float(d.demand.gpus), wire.scheduler_name(pod))
 
     def _remember_top_choice(self, d: Decision) -> None:
         scores = d.evaluation.scores

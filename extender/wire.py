@@ -495,6 +495,13 @@ def preemption_result(victims: dict[str, tuple[list[str], int]]) -> dict[str, An
     }
 
 
+def scheduler_name(pod: Mapping[str, Any]) -> str:
+    """The v1.Pod's ``spec.schedulerName`` (the profile deciding it); empty where absent."""
+    spec = pod.get("spec")
+    name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     """(namespace, name, uid) of a v1.Pod document; empty strings where absent."""
     meta = pod.get("metadata") or {}

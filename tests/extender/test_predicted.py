@@ -99,39 +99,45 @@ class FakeMonotonic:
 
 
 def test_nothing_waits_until_a_binding_has_come_through_the_bind_verb() -> None:
-    outcomes: list[str] = []
-    unbound = Unbound(0.5, on_wait=outcomes.append)
+    outcomes: list[tuple[str, float]] = []
+    unbound = Unbound(0.5, on_wait=lambda outcome, seconds: outcomes.append((outcome, seconds)))
     unbound.decided("a", 1.0, 0.0)
     started = time.monotonic()
     assert unbound.wait_for_others("b") == 0.0  # no bind seen: kube-scheduler binds itself
     assert time.monotonic() - started < 0.1 and outcomes == []
 
 
+def bind_through_the_verb(unbound: Unbound, uid: str = "earlier", scheduler: str = "") -> None:
+    """A pod answered and bound through the bind verb: its scheduler binds through the extender."""
+    unbound.decided(uid, 1.0, 0.0, scheduler)
+    unbound.bound(uid, by_bind_verb=True)
+
+
 def test_a_decision_waits_for_the_binding_of_the_pod_before_it() -> None:
-    outcomes: list[str] = []
-    unbound = Unbound(5.0, on_wait=outcomes.append)
-    unbound.bound("earlier", by_bind_verb=True)
+    outcomes: list[tuple[str, float]] = []
+    unbound = Unbound(5.0, on_wait=lambda outcome, seconds: outcomes.append((outcome, seconds)))
+    bind_through_the_verb(unbound)
     unbound.decided("a", 1.0, 0.0)
     assert unbound.demand("a") == (1.0, 0.0)
     threading.Timer(0.2, lambda: unbound.bound("a", by_bind_verb=True)).start()
     waited = unbound.wait_for_others("b")
     assert 0.15 < waited < 4.0, waited
-    assert outcomes == ["bound"] and unbound.demand("a") is None
+    assert outcomes == [("bound", waited)] and unbound.demand("a") is None
     # Its own earlier answer (filter before prioritize) is not waited for.
     unbound.decided("b", 1.0, 0.0)
-    assert unbound.wait_for_others("b") < 0.1 and outcomes == ["bound"]
+    assert unbound.wait_for_others("b") < 0.1 and len(outcomes) == 1
 
 
 def test_a_pod_never_bound_delays_one_decision_by_the_deadline_and_no_more() -> None:
-    outcomes: list[str] = []
-    unbound = Unbound(0.3, on_wait=outcomes.append)
-    unbound.bound("earlier", by_bind_verb=True)
+    outcomes: list[tuple[str, float]] = []
+    unbound = Unbound(0.3, on_wait=lambda outcome, seconds: outcomes.append((outcome, seconds)))
+    bind_through_the_verb(unbound)
     unbound.decided("unschedulable", 1.0, 0.0)
     waited = unbound.wait_for_others("b")
     assert 0.25 < waited < 2.0, waited
-    assert outcomes == ["deadline"]
+    assert outcomes == [("deadline", waited)]
     assert unbound.demand("unschedulable") == (1.0, 0.0)  # a late bind still knows its load
-    assert unbound.wait_for_others("c") < 0.1 and outcomes == ["deadline"]
+    assert unbound.wait_for_others("c") < 0.1 and len(outcomes) == 1
     # Nothing waits again until a bind comes: a scheduler no longer binding through the
     # extender costs one wait, not one per pod.
     unbound.decided("c", 1.0, 0.0)
@@ -146,10 +152,54 @@ def test_a_binding_seen_by_the_watch_ends_the_wait_but_does_not_make_waiting_act
     unbound.decided("a", 1.0, 0.0)
     unbound.bound("a", by_bind_verb=False)
     assert not unbound.active() and unbound.demand("a") is None
-    unbound.bound("x", by_bind_verb=True)
+    bind_through_the_verb(unbound, "x")
     assert unbound.active()
     clock.now += Unbound.ACTIVE_SECONDS + 1
     assert not unbound.active()  # the bind verb no longer used: nothing waits
+
+
+def test_a_bind_of_a_pod_never_answered_here_makes_no_scheduler_wait() -> None:
+    # Answered by another replica (or before a restart): it names no scheduler.
+    unbound = Unbound(5.0)
+    unbound.bound("elsewhere", by_bind_verb=True)
+    assert not unbound.active()
+    unbound.decided("a", 1.0, 0.0)
+    assert unbound.wait_for_others("b") == 0.0
+
+
+def test_a_scheduler_that_binds_by_itself_does_not_wait_beside_one_that_binds_through_the_verb() -> None:
+    # kube-scheduler profile "with-bind" binds through the extender; "plain" binds itself,
+    # its bindings reach the extender through the pod watch only, a batch later.
+    outcomes: list[tuple[str, float]] = []
+    unbound = Unbound(5.0, on_wait=lambda outcome, seconds: outcomes.append((outcome, seconds)))
+    bind_through_the_verb(unbound, "earlier", "with-bind")
+    assert unbound.active("with-bind") and not unbound.active("plain")
+    unbound.decided("p1", 1.0, 0.0, "plain")
+    started = time.monotonic()
+    assert unbound.wait_for_others("p2", "plain") == 0.0  # p1's binding is not waited for
+    unbound.decided("p2", 1.0, 0.0, "plain")
+    # nor do "with-bind"'s decisions wait for "plain"'s pods
+    assert unbound.wait_for_others("w1", "with-bind") < 0.05
+    assert time.monotonic() - started < 0.1 and outcomes == []
+    # while "with-bind" still waits for its own
+    unbound.decided("w1", 1.0, 0.0, "with-bind")
+    threading.Timer(0.2, lambda: unbound.bound("w1", by_bind_verb=True)).start()
+    waited = unbound.wait_for_others("w2", "with-bind")
+    assert 0.15 < waited < 4.0 and outcomes == [("bound", waited)]
+
+
+def test_a_deadline_turns_waiting_off_for_its_scheduler_only() -> None:
+    outcomes: list[str] = []
+    unbound = Unbound(1.0, on_wait=lambda outcome, seconds: outcomes.append(outcome))
+    bind_through_the_verb(unbound, "w0", "a")
+    bind_through_the_verb(unbound, "q0", "b")
+    unbound.decided("w1", 1.0, 0.0, "a")  # never bound
+    unbound.decided("q1", 1.0, 0.0, "b")
+    assert 0.9 < unbound.wait_for_others("w2", "a") < 3.0
+    assert outcomes == ["deadline"] and not unbound.active("a") and unbound.active("b")
+    # "b"'s pod is still waited for, until its binding
+    threading.Timer(0.1, lambda: unbound.bound("q1", by_bind_verb=True)).start()
+    assert 0.05 < unbound.wait_for_others("q2", "b") and outcomes == ["deadline", "bound"]
 
 
 def test_the_demand_kept_for_binds_is_bounded() -> None:
