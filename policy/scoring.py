@@ -274,7 +274,7 @@ def _costs(
 
     base_runtime = pod.runtime_seconds if pod.runtime_seconds is not None else cfg.reference_runtime_seconds
     runtime = base_runtime / speed
-    avoidable = np.where(np.isnan(idle_avoidable), float(cfg.idle_power in AVOIDABLE_IDLE), idle_avoidable)
+    avoidable = _avoidable(idle_avoidable, cfg)
     if avoidable.any():
         idle_energy = _unavoidable_idle_joules(
             curve[:, 0] + gpu_count * gpu_idle, runtime, avoidable, held_profile if held_until is None else held_until, now
@@ -326,6 +326,19 @@ def _costs(
         reserve=reserve,
         best=best,
     )
+
+
+def _avoidable(idle_avoidable: np.ndarray, cfg: PolicyConfig) -> np.ndarray:
+    """1 where a node's idle power can be avoided: its profile's say, else the policy's ``idle_power``."""
+    avoidable: np.ndarray = np.where(np.isnan(idle_avoidable), float(cfg.idle_power in AVOIDABLE_IDLE), idle_avoidable)
+    return avoidable
+
+
+def idle_power_avoidable(nodes: NodeArrays, cfg: PolicyConfig) -> bool:
+    """Whether any profiled node's idle power can be avoided, so that the pods holding nodes
+    (``held_until``) count in :func:`evaluate`; where none can, they do not (an always-on
+    cluster), and a caller need not work them out."""
+    return bool(_avoidable(nodes.idle_avoidable, cfg).any()) if len(nodes) else False
 
 
 def _unavoidable_idle_joules(

@@ -10,7 +10,7 @@ import pytest
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import PodDemand
 from joulesched.policy.profile import GpuProfile, NodeArrays, NodeProfile, linear_curve
-from joulesched.policy.scoring import JOULES_PER_KWH, curve_power, evaluate, normalise
+from joulesched.policy.scoring import JOULES_PER_KWH, curve_power, evaluate, idle_power_avoidable, normalise
 
 EPYC = (56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268)  # SPECpower, HPE DL325 Gen10 Plus
 XEON = (127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619)  # SPECpower, HPE DL380 Gen10 Plus
@@ -231,6 +231,26 @@ def test_always_on_nodes_never_charge_idle_power() -> None:
     assert own.idle_energy_joules[0] == 0.0
     managed = run([node("a", held_until=0.0, idle_power="power-managed")], PodDemand(4.0), PolicyConfig())
     assert managed.idle_energy_joules[0] == pytest.approx(56.8 * 3600)
+
+
+def test_idle_power_avoidable_says_whether_pods_holding_nodes_can_count() -> None:
+    def avoidable(nodes: list[NodeProfile], cfg: PolicyConfig) -> bool:
+        return idle_power_avoidable(NodeArrays.build(nodes), cfg)
+
+    assert not avoidable([node("a"), node("b")], PolicyConfig(idle_power="always-on"))
+    assert avoidable([node("a"), node("b")], PolicyConfig(idle_power="autoscaled"))
+    # a node's own class wins over the policy's default, both ways
+    assert avoidable([node("a"), node("b", idle_power="power-managed")], PolicyConfig(idle_power="always-on"))
+    assert not avoidable([node("a", idle_power="always-on")], PolicyConfig(idle_power="autoscaled"))
+    assert not avoidable([], PolicyConfig(idle_power="autoscaled"))
+    # where it says no, held_until changes no figure of the evaluation
+    nodes = [node("a", held_until=0.0), node("b", held_until=5000.0)]
+    cfg = PolicyConfig(idle_power="always-on")
+    arrays = NodeArrays.build(nodes)
+    with_held = evaluate(arrays, np.array([0, 1]), PodDemand(4.0), cfg, 1000.0, held_until=np.array([0.0, np.inf]))
+    without = evaluate(arrays, np.array([0, 1]), PodDemand(4.0), cfg, 1000.0)
+    for f in fields(with_held):
+        np.testing.assert_array_equal(getattr(with_held, f.name), getattr(without, f.name))
 
 
 def test_a_busy_node_beats_an_empty_efficient_one_when_idle_is_avoidable() -> None:
