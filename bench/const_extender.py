@@ -1,25 +1,64 @@
 """A do-nothing scheduler extender: the floor an extender's cost is measured against.
 
 Standard library only (http.server, HTTP/1.1 keep-alive, as kube-scheduler's Go client keeps
-its connection): filter passes every node it is sent, prioritize scores every node 0, bind is
-not served. Names mode (``nodeCacheCapable: true``): the request is decoded to find
+its connection): filter passes every node it is sent, prioritize scores every node 0. Bind is
+served only when given the API server (``--api``): then it POSTs the ``pods/binding`` at once,
+over kept-alive TLS connections (http.client, a client certificate), and answers kube-scheduler
+with the API's outcome — the least an extender with the bind verb must do, and the floor for
+joulesched with it (the binding's API write moves from kube-scheduler into the extender). Names mode (``nodeCacheCapable: true``): the request is decoded to find
 ``NodeNames``, which is the least any extender must do. Full-Node mode (``false``): nothing is
 decoded; filter echoes the ``Nodes`` bytes as kube-scheduler sent them and prioritize finds the
 names with a regular expression — the least kube-scheduler's own encoding allows, and a floor
 no real extender (which must read the nodes it scores) gets under.
 
-    python bench/const_extender.py PORT
+    python bench/const_extender.py PORT [--api URL --ca FILE --cert FILE --key FILE]
 """
 
 from __future__ import annotations
 
+import argparse
+import http.client
 import json
+import queue
 import re
-import sys
+import ssl
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote, urlsplit
 
 NODE_NAMES_NULL = b',"NodeNames":null}'
 NODE_NAME = re.compile(rb'\{"metadata":\{"name":"([^"\\]*)"')
+
+
+class ApiServer:
+    """POSTs to the API server over kept-alive HTTPS connections, one per request in flight."""
+
+    def __init__(self, url: str, ca: str, cert: str, key: str) -> None:
+        split = urlsplit(url)
+        self.host, self.port = split.hostname or "127.0.0.1", split.port or 443
+        self.context = ssl.create_default_context(cafile=ca)
+        self.context.load_cert_chain(cert, key)
+        self.idle: queue.LifoQueue[http.client.HTTPSConnection] = queue.LifoQueue()
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        try:
+            conn = self.idle.get_nowait()
+        except queue.Empty:
+            conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=5)
+        try:
+            conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        else:
+            self.idle.put(conn)
+        return resp.status, data
+
+
+API: ApiServer | None = None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -37,6 +76,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         verb = self.path.rsplit("/", 1)[-1]
+        if verb == "bind" and API is not None:
+            self._bind(body)
+            return
         nodes = body.find(b',"Nodes":{')
         if nodes > 0 and body.endswith(NODE_NAMES_NULL):
             self._full_nodes(verb, body, nodes + len(b',"Nodes":'))
@@ -54,6 +96,28 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, json.dumps({"Error": f"no verb {verb!r}"}).encode())
             return
         self._send(200, json.dumps(out).encode())
+
+    def _bind(self, body: bytes) -> None:
+        try:
+            args = json.loads(body)
+            namespace, name, uid, node = (args[k] for k in ("PodNamespace", "PodName", "PodUID", "Node"))
+        except (ValueError, KeyError, TypeError):
+            self._send(400, b'{"Error": "not an ExtenderBindingArgs object"}')
+            return
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/binding"
+        assert API is not None
+        try:
+            status, data = API.post(path, json.dumps(binding).encode())
+            error = "" if 200 <= status < 300 else f"HTTP {status}: {data[:200].decode(errors='replace')}"
+        except (OSError, http.client.HTTPException) as err:
+            error = f"binding {namespace}/{name}: {err}"
+        self._send(200, json.dumps({"Error": error}).encode())
 
     def _full_nodes(self, verb: str, body: bytes, start: int) -> None:
         if verb == "filter":
@@ -74,7 +138,19 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    global API
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("port", type=int)
+    p.add_argument("--api", help="the API server's URL: serve bind (with --ca, --cert, --key)")
+    p.add_argument("--ca")
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    args = p.parse_args()
+    if args.api:
+        if not (args.ca and args.cert and args.key):
+            p.error("--api needs --ca, --cert and --key")
+        API = ApiServer(args.api, args.ca, args.cert, args.key)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.serve_forever()
 

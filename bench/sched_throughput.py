@@ -12,6 +12,10 @@ Contenders, interleaved round by round (A B C D A B C D ...):
 * ``alone``: kube-scheduler without an extender;
 * ``const``: a constant-score extender (bench/const_extender.py: stdlib http.server, HTTP/1.1
   keep-alive, filter passes every name, prioritize scores 0), names mode;
+* ``const-bind``: the constant-score extender serving the bind verb too, each binding POSTed
+  to the API server at once (stdlib http.client over kept-alive TLS): the floor for an
+  extender that binds, which ``names`` is (the bind verb moves the binding's API write from
+  kube-scheduler into the extender);
 * ``names``: joulesched's extender as shipped (deploy/extender/config.yaml, gunicorn, the pod
   watch) with deploy/'s extender entry (``nodeCacheCapable: true``);
 * ``const-full``: the constant-score extender with ``nodeCacheCapable: false``: it echoes the
@@ -27,6 +31,10 @@ count × the API rate (``clientConnection.qps``/``burst``: kube-scheduler ignore
 ``--kube-api-qps`` flag when given ``--config``; 50 is the default) × ``percentageOfNodesToScore``
 (kube-scheduler's adaptive default or 100). Extender CPU per scheduled pod is the utime+stime
 (/proc/<pid>/stat) of the extender's processes (gunicorn's master and workers) over the burst.
+Beside it, over the same span: kube-scheduler's, kube-apiserver's and etcd's CPU a pod, the
+share of the machine's CPUs busy while pods were being scheduled (/proc/stat: near 100 %, the
+burst was bound by CPU), and for joulesched with the bind verb the milliseconds a pod its
+decisions waited for an earlier pod's binding (``joulesched_extender_bind_wait_seconds_total``).
 
 ``--outage`` measures instead what the backlog gets while extenders fail (issue 16, item 5):
 half the nodes at a clean site, half at a coal-grid one, and (a) two extender replicas
@@ -85,7 +93,10 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "names", "const-full", "full", "watch")
+CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "watch")
+# What each contender is compared with: the constant-score extender, and for one that binds,
+# the constant-score extender that binds too.
+FLOORS = ("const", "const-bind")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 SCHEDULED = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -150,6 +161,21 @@ def scheduled_count(port: int, profile: str) -> float:
     return total
 
 
+def bind_waits(url: str) -> tuple[float, float]:
+    """(decisions that waited, seconds they waited) for the bind verb's earlier pods, from the
+    extender's /metrics (every outcome)."""
+    base = url.rsplit("/", 1)[0]
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    waits = seconds = 0.0
+    for line in text.splitlines():
+        if line.startswith("joulesched_extender_bind_waits_total{"):
+            waits += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("joulesched_extender_bind_wait_seconds_total{"):
+            seconds += float(line.rsplit(" ", 1)[1])
+    return waits, seconds
+
+
 # -- processes -----------------------------------------------------------------------------------
 
 
@@ -175,14 +201,27 @@ def cpu_seconds(pid: int) -> float:
     return total / CLK_TCK
 
 
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs since boot (/proc/stat; iowait counts as idle)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    idle = values[3] + values[4]
+    total = sum(values)
+    return total - idle, total
+
+
 class ConstExtender(ManagedProcess):
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, cp: ControlPlane | None = None) -> None:
+        """The constant-score extender; with ``cp``, serving bind against its API server too."""
         self.port = free_port()
-        super().__init__(
-            "const-extender",
-            [sys.executable, str(ROOT / "bench" / "const_extender.py"), str(self.port)],
-            workdir / "const.log",
-        )
+        argv = [sys.executable, str(ROOT / "bench" / "const_extender.py"), str(self.port)]
+        name = "const-extender"
+        if cp is not None:
+            assert cp.pki is not None
+            cert, key = cp._admin_cert
+            argv += ["--api", cp.server, "--ca", str(cp.pki.ca_crt), "--cert", str(cert), "--key", str(key)]
+            name = "const-bind-extender"
+        super().__init__(name, argv, workdir / f"{name}.log")
         self.url = f"http://127.0.0.1:{self.port}/scheduler"
         _wait_until(self._up, 15, what="const extender", proc=self)
 
@@ -229,6 +268,16 @@ class Burst:
     extender_cpu_ms_per_pod: float | None
     scheduler_cpu_s: float
     complete: bool
+    # The share of the machine's CPUs busy between the first and the last count: near 1, the
+    # burst was bound by CPU; lower, by the latency of one scheduling cycle after another.
+    machine_busy: float | None = None
+    # joulesched with the bind verb: decisions that waited for an earlier pod's binding, and
+    # the milliseconds they waited a scheduled pod (on the scheduling cycle, costing no CPU).
+    bind_waits: float | None = None
+    bind_wait_ms_per_pod: float | None = None
+    # kube-apiserver's and etcd's CPU over the same span as the extender's
+    apiserver_cpu_s: float | None = None
+    etcd_cpu_s: float | None = None
 
 
 def run_burst(
@@ -251,18 +300,22 @@ def run_burst(
     entry = None
     if contender != "alone":
         entry = deploy_extender_entry(url, nodeCacheCapable=contender not in ("full", "const-full"))
-        if contender in ("const", "const-full"):
+        if contender in ("const", "const-full", "const-bind"):
             entry.pop("preemptVerb", None)
         if contender in ("const", "const-full", "watch"):
             entry.pop("bindVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
+    binds = contender in ("names", "full") and entry is not None and "bindVerb" in entry  # joulesched, binding
+    waits0 = bind_waits(url) if binds and url else None
+    api0, etcd0 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     sched = cp.start_scheduler(
         scheduler_config(name, entry, qps, percentage), name=name, verbosity=1, extra_args=extra, wait=False
     )
     try:
         first: tuple[float, float] | None = None
         last = (time.monotonic(), 0.0)
+        busy0 = busy1 = cpu_times()
         deadline = time.monotonic() + cap_s + 30  # + start-up
         while time.monotonic() < deadline:
             time.sleep(0.2)
@@ -272,13 +325,17 @@ def run_burst(
                 continue  # not serving yet
             now = time.monotonic()
             last = (now, count)
+            busy1 = cpu_times()
             if first is None and count > 0:
                 first = (now, count)
+                busy0 = busy1
                 deadline = now + cap_s
             if count >= pods:
                 break
         cpu1 = cpu_seconds(extender_pid) if extender_pid else None
         sched_cpu = cpu_seconds(sched.pid)
+        waits1 = bind_waits(url) if waits0 is not None and url else None
+        api1, etcd1 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     finally:
         cp.stop_scheduler(sched)
         delete_pods(cp, namespace)
@@ -290,6 +347,7 @@ def run_burst(
         rate = (last[1] - first[1]) / seconds
     ext_cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
     per_pod = None if ext_cpu is None or not scheduled else 1000 * ext_cpu / scheduled
+    span = busy1[1] - busy0[1]
     return Burst(
         nodes,
         qps,
@@ -304,12 +362,18 @@ def run_burst(
         None if per_pod is None else round(per_pod, 2),
         round(sched_cpu, 2),
         scheduled >= pods,
+        round((busy1[0] - busy0[0]) / span, 3) if span > 0 else None,
+        None if waits0 is None or waits1 is None else waits1[0] - waits0[0],
+        None if waits0 is None or waits1 is None or not scheduled else round(1000 * (waits1[1] - waits0[1]) / scheduled, 3),
+        round(api1 - api0, 2),
+        round(etcd1 - etcd0, 2),
     )
 
 
 def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[Burst]:
     results: list[Burst] = []
     const = ConstExtender(work)
+    const_bind = ConstExtender(work, cp) if "const-bind" in args.contenders else None
     try:
         for n in args.nodes:
             tag = uuid.uuid4().hex[:6]
@@ -327,6 +391,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                 url, pid = {
                                     "alone": (None, None),
                                     "const": (const.url, const.pid),
+                                    "const-bind": (const_bind.url, const_bind.pid) if const_bind else (None, None),
                                     "const-full": (const.url, const.pid),
                                     "names": (ext.url, ext.pid),
                                     "full": (ext.url, ext.pid),
@@ -352,20 +417,27 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                 delete_nodes(cp, names)
     finally:
         const.stop()
+        if const_bind is not None:
+            const_bind.stop()
     return results
 
 
 def summarise(results: list[Burst]) -> list[str]:
     lines = [
-        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | kube-scheduler CPU ms/pod | pods/s ÷ const (median) | CPU ÷ const (median) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | kube-scheduler CPU ms/pod | kube-apiserver + etcd CPU ms/pod | machine busy | bind waits ms/pod | pods/s ÷ const (median) | CPU ÷ const (median) | pods/s ÷ const-bind (median) | CPU ÷ const-bind (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     configs = sorted({(b.nodes, b.qps, b.percentage) for b in results}, key=lambda c: (c[0], c[1], c[2]))
     for cfg in configs:
         group = [b for b in results if (b.nodes, b.qps, b.percentage) == cfg]
-        const = [b for b in group if b.contender == "const"]
-        const_rate = statistics.median(b.pods_per_s for b in const) if const else None
-        const_cpu = statistics.median(b.extender_cpu_ms_per_pod or 0 for b in const) if const else None
+        floors = {}
+        for floor in FLOORS:
+            of_floor = [b for b in group if b.contender == floor]
+            if of_floor:
+                floors[floor] = (
+                    statistics.median(b.pods_per_s for b in of_floor),
+                    statistics.median(b.extender_cpu_ms_per_pod or 0 for b in of_floor),
+                )
         for contender in CONTENDERS:
             mine = [b for b in group if b.contender == contender]
             if not mine:
@@ -377,14 +449,29 @@ def summarise(results: list[Burst]) -> list[str]:
             cpus = ", ".join(
                 "–" if b.extender_cpu_ms_per_pod is None else f"{b.extender_cpu_ms_per_pod:g}" for b in mine
             )
-            rate_ratio = cpu_ratio = "–"
-            if const_rate and contender in ("names", "const-full", "full", "watch"):
-                rate_ratio = f"{statistics.median(b.pods_per_s for b in mine) / const_rate:.2f}"
-            if const_cpu and contender in ("names", "const-full", "full", "watch"):
-                cpu_ratio = f"{statistics.median(b.extender_cpu_ms_per_pod or 0 for b in mine) / const_cpu:.1f}"
+            ratios = []
+            for floor in FLOORS:
+                rate_ratio = cpu_ratio = "–"
+                if floor in floors and contender not in ("alone", floor):
+                    floor_rate, floor_cpu = floors[floor]
+                    if floor_rate:
+                        rate_ratio = f"{statistics.median(b.pods_per_s for b in mine) / floor_rate:.2f}"
+                    if floor_cpu:
+                        cpu_ratio = f"{statistics.median(b.extender_cpu_ms_per_pod or 0 for b in mine) / floor_cpu:.1f}"
+                ratios += [rate_ratio, cpu_ratio]
             sched = ", ".join(f"{1000 * b.scheduler_cpu_s / b.scheduled:.1f}" if b.scheduled else "–" for b in mine)
+            api = ", ".join(
+                f"{1000 * (b.apiserver_cpu_s or 0) / b.scheduled:.1f} + {1000 * (b.etcd_cpu_s or 0) / b.scheduled:.1f}"
+                if b.scheduled and b.apiserver_cpu_s is not None
+                else "–"
+                for b in mine
+            )
+            busy = ", ".join("–" if b.machine_busy is None else f"{b.machine_busy:.0%}" for b in mine)
+            waited = ", ".join("–" if b.bind_wait_ms_per_pod is None else f"{b.bind_wait_ms_per_pod:.2f}" for b in mine)
             lines.append(
-                f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {sched} | {rate_ratio} | {cpu_ratio} |"
+                f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {sched} | {api} | {busy} | {waited} | "
+                + " | ".join(ratios)
+                + " |"
             )
     return lines
 
