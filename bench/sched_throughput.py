@@ -76,6 +76,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
@@ -242,12 +244,22 @@ def joulesched_extender(
     port: int | None = None,
     name: str = "joulesched",
     curve: Callable[[int], list[float]] = lambda i: EFFICIENT_CURVE if i % 2 else INEFFICIENT_CURVE,
+    settings: Sequence[str] = (),
 ) -> ExtenderProcess:
+    """joulesched's extender with deploy/'s configuration and ``settings`` (``KEY=VALUE``, dotted keys, YAML values)."""
     profiles = {
         "sites": {"clean": {"pue": 1.2, "carbon_intensity": 50}, "coal": {"pue": 1.2, "carbon_intensity": 800}},
         "nodes": [node_profile(n, curve(i), CORES, site=sites(i), utilisation=0.3) for i, n in enumerate(names)],
     }
-    return ExtenderProcess(workdir, profiles, deploy_extender_config(cp.kubeconfig), port=port, name=name, timeout=60)
+    config = deploy_extender_config(cp.kubeconfig)
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        *path, last = key.split(".")
+        doc = config
+        for part in path:
+            doc = doc.setdefault(part, {})
+        doc[last] = yaml.safe_load(value)
+    return ExtenderProcess(workdir, profiles, config, port=port, name=name, timeout=60)
 
 
 # -- one burst -----------------------------------------------------------------------------------
@@ -382,7 +394,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
             t0 = time.monotonic()
             make_nodes(cp, names, selector)
             print(f"# {n} nodes created in {time.monotonic() - t0:.0f} s", flush=True)
-            ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean")
+            ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set)
             try:
                 for qps in args.qps:
                     for pct in args.pct:
@@ -685,8 +697,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="deploy",
         help="--outage: deploy/'s scheduler profile (MostAllocated) or kube-scheduler's default (LeastAllocated)",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of joulesched's extender over deploy/'s config (dotted key, YAML value), e.g. bind.wait_seconds=0",
+    )
     p.add_argument("--out", help="write OUT.json and OUT.txt")
     args = p.parse_args(argv)
+    for setting in args.set:
+        if "=" not in setting or not setting.partition("=")[0]:
+            p.error(f"--set {setting!r}: KEY=VALUE expected")
     if args.quick:
         args.pods, args.rounds, args.cap = 300, 1, 20
     args.nodes = [int(x) for x in args.nodes.split(",")]

@@ -35,7 +35,7 @@ from e2e_extender import (
     deploy_scheduler_config,
     node_profile,
 )
-from processes import ClusterError
+from processes import ClusterError, _wait_until
 
 from joulesched.extender.config import parse_config
 
@@ -283,6 +283,60 @@ def test_pod_security_admission_rejects_a_violation(control_plane, joulesched_rb
     agent["spec"]["serviceAccountName"] = "joulesched-extender"  # one that exists there
     r = pod_security_dry_run(cp, kubectl_cache, agent)
     assert r.returncode != 0 and "restricted volume types" in r.stderr and "hostPath" in r.stderr, r.stderr
+
+
+def docs_flow_schema() -> dict[str, Any]:
+    """The FlowSchema docs/extender.md ("The bind verb: what it costs") gives operators."""
+    text = (REPO_ROOT / "docs" / "extender.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "kind: FlowSchema" in b]
+    doc: dict[str, Any] = yaml.safe_load(block)
+    return doc
+
+
+def test_the_docs_flow_schema_gives_the_extenders_bindings_kube_schedulers_priority(
+        control_plane, joulesched_rbac, e2e_namespace):
+    # The extender's bindings are its ServiceAccount's: API Priority and Fairness puts them at
+    # workload-low (service-accounts) unless the operator applies docs/extender.md's FlowSchema,
+    # which gives them kube-scheduler's workload-high. kube-apiserver names the priority level
+    # of every request it classifies in X-Kubernetes-PF-PriorityLevel-UID.
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    cp, ns, tag = control_plane, e2e_namespace, uuid.uuid4().hex[:6]
+    levels = {name: cp.kubectl("get", "prioritylevelconfiguration", name, "-o", "jsonpath={.metadata.uid}").stdout
+              for name in ("workload-low", "workload-high")}
+    token = cp.kubectl("create", "token", "joulesched-extender", "-n", NAMESPACE).stdout.strip()
+    context = ssl.create_default_context(cafile=str(cp.pki.ca_crt))  # the token alone: no client certificate
+
+    def bind(pod: str) -> tuple[int, str]:
+        """Bind ``pod`` (which need not exist) as deploy/'s extender: (status, priority level's name)."""
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "namespace": ns},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": f"nowhere-{tag}"}}
+        req = urllib.request.Request(f"{cp.server}/api/v1/namespaces/{ns}/pods/{pod}/binding", method="POST",
+                                     data=yaml.safe_dump(body).encode(), headers={
+                                         "Authorization": f"Bearer {token}", "Content-Type": "application/yaml"})
+        try:
+            with urllib.request.urlopen(req, context=context, timeout=10) as r:
+                status, headers = r.status, r.headers
+        except urllib.error.HTTPError as e:
+            status, headers = e.code, e.headers
+        uid = headers.get("X-Kubernetes-PF-PriorityLevel-UID")
+        return status, next((name for name, u in levels.items() if u == uid), f"another level ({uid})")
+
+    cp.create_pod(f"a-{tag}", ns, scheduler_name="nobody", cpu="100m", memory="64Mi")
+    assert bind(f"a-{tag}") == (201, "workload-low")  # deploy/'s RBAC lets it bind; low priority
+    schema = docs_flow_schema()
+    schema["metadata"]["name"] = f"{schema['metadata']['name']}-{tag}"
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(schema))
+    try:
+        # kube-apiserver's APF controller takes the new schema up within moments
+        _wait_until(lambda: bind(f"missing-{tag}") == (404, "workload-high"), 30,
+                    what="the extender's bindings at workload-high")
+        cp.create_pod(f"b-{tag}", ns, scheduler_name="nobody", cpu="100m", memory="64Mi")
+        assert bind(f"b-{tag}") == (201, "workload-high")
+    finally:
+        cp.kubectl("delete", "flowschema", schema["metadata"]["name"], check=False)
 
 
 def test_network_policies_admit_only_the_scheduler_and_prometheus(control_plane):
