@@ -34,6 +34,8 @@ class ApiServer:
 
     def __init__(self, url: str, ca: str, cert: str, key: str) -> None:
         split = urlsplit(url)
+        if split.scheme != "https":
+            raise ValueError(f"--api {url!r}: an https:// URL expected")
         self.host, self.port = split.hostname or "127.0.0.1", split.port or 443
         self.context = ssl.create_default_context(cafile=ca)
         self.context.load_cert_chain(cert, key)
@@ -41,13 +43,23 @@ class ApiServer:
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
         try:
-            conn = self.idle.get_nowait()
+            conn, reused = self.idle.get_nowait(), True
         except queue.Empty:
-            conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=5)
+            conn, reused = self._connect(), False
         try:
-            conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
+            resp, data = self._send(conn, path, body)
+        except (ConnectionError, http.client.RemoteDisconnected):
+            conn.close()
+            if not reused:
+                raise
+            # a kept-alive connection the API server closed while idle: the request never
+            # reached it (no reply began), so it is sent once more on a new connection
+            conn = self._connect()
+            try:
+                resp, data = self._send(conn, path, body)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                raise
         except (OSError, http.client.HTTPException):
             conn.close()
             raise
@@ -56,6 +68,15 @@ class ApiServer:
         else:
             self.idle.put(conn)
         return resp.status, data
+
+    def _connect(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=5)
+
+    @staticmethod
+    def _send(conn: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[http.client.HTTPResponse, bytes]:
+        conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
+        resp = conn.getresponse()
+        return resp, resp.read()
 
 
 API: ApiServer | None = None
@@ -101,8 +122,10 @@ class Handler(BaseHTTPRequestHandler):
         try:
             args = json.loads(body)
             namespace, name, uid, node = (args[k] for k in ("PodNamespace", "PodName", "PodUID", "Node"))
+            if not all(isinstance(v, str) for v in (namespace, name, uid, node)):
+                raise TypeError("a field that is not a string")
         except (ValueError, KeyError, TypeError):
-            self._send(400, b'{"Error": "not an ExtenderBindingArgs object"}')
+            self._send(400, b'{"Error": "not an ExtenderBindingArgs object: PodNamespace, PodName, PodUID and Node strings"}')
             return
         binding = {
             "apiVersion": "v1",
@@ -149,7 +172,10 @@ def main() -> None:
     if args.api:
         if not (args.ca and args.cert and args.key):
             p.error("--api needs --ca, --cert and --key")
-        API = ApiServer(args.api, args.ca, args.cert, args.key)
+        try:
+            API = ApiServer(args.api, args.ca, args.cert, args.key)
+        except (ValueError, OSError) as err:
+            p.error(str(err))
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.serve_forever()

@@ -251,15 +251,25 @@ def joulesched_extender(
         "sites": {"clean": {"pue": 1.2, "carbon_intensity": 50}, "coal": {"pue": 1.2, "carbon_intensity": 800}},
         "nodes": [node_profile(n, curve(i), CORES, site=sites(i), utilisation=0.3) for i, n in enumerate(names)],
     }
-    config = deploy_extender_config(cp.kubeconfig)
+    config = apply_settings(deploy_extender_config(cp.kubeconfig), settings)
+    return ExtenderProcess(workdir, profiles, config, port=port, name=name, timeout=60)
+
+
+def apply_settings(config: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """``config`` with each ``KEY=VALUE`` set (dotted key, YAML value); ValueError naming a bad one."""
     for setting in settings:
         key, _, value = setting.partition("=")
         *path, last = key.split(".")
         doc = config
-        for part in path:
+        for i, part in enumerate(path):
             doc = doc.setdefault(part, {})
-        doc[last] = yaml.safe_load(value)
-    return ExtenderProcess(workdir, profiles, config, port=port, name=name, timeout=60)
+            if not isinstance(doc, dict):
+                raise ValueError(f"--set {setting!r}: {'.'.join(path[: i + 1])} is not a mapping in the extender's config")
+        try:
+            doc[last] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise ValueError(f"--set {setting!r}: the value is not YAML: {err}") from None
+    return config
 
 
 # -- one burst -----------------------------------------------------------------------------------
@@ -706,9 +716,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--out", help="write OUT.json and OUT.txt")
     args = p.parse_args(argv)
+    if args.set and args.outage:
+        p.error("--set applies to the throughput runs, not to --outage")
     for setting in args.set:
-        if "=" not in setting or not setting.partition("=")[0]:
-            p.error(f"--set {setting!r}: KEY=VALUE expected")
+        key = setting.partition("=")[0]
+        if "=" not in setting or not all(key.split(".")):
+            p.error(f"--set {setting!r}: KEY=VALUE expected, KEY dotted names (bind.wait_seconds=0)")
+    try:
+        apply_settings(deploy_extender_config("kubeconfig"), args.set)
+    except ValueError as err:
+        p.error(str(err))
     if args.quick:
         args.pods, args.rounds, args.cap = 300, 1, 20
     args.nodes = [int(x) for x in args.nodes.split(",")]

@@ -3,8 +3,7 @@
 Power readings lag placements by a scrape interval or more. Without a memory of recent
 placements, a burst of pods all land on the node that looked best a moment ago (herding).
 The ledger remembers each placement — from our own bind verb, from the pod-binding watch, or
-from our own top choice at prioritize time (for a scheduler that does not bind through the bind
-verb) — and counts it as load on its node until a
+from our own top choice at prioritize time — and counts it as load on its node until a
 measurement taken ``settle_seconds`` after the placement exists, or ``ttl_seconds`` pass.
 A pod is keyed by UID, so a retried pod moves instead of counting twice.
 """

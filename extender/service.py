@@ -230,11 +230,7 @@ class Extender:
         d = self.decide(args)
         scores = d.evaluation.scores
         self._decided(d)
-        if not self.unbound.active(wire.scheduler_name(args.pod)):
-            # A pod whose scheduler binds through the bind verb is recorded at its bind, on the
-            # node kube-scheduler chose, before the next decision (Unbound): a guess would only
-            # be moved there, or stand for a pod that was never placed.
-            self._remember_top_choice(d)
+        self._remember_top_choice(d)
         return wire.host_priority_list(args.node_names, scores.tolist())
 
     def explain(self, body: bytes) -> dict[str, Any]:

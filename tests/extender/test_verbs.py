@@ -175,28 +175,6 @@ def test_a_bind_after_the_next_pods_request_moves_the_load_to_the_real_node(make
     assert (placed.node, placed.cores, placed.confirmed) == ("hungry", 16.0, True)
 
 
-def test_a_pod_whose_scheduler_binds_through_the_extender_is_recorded_at_its_bind_only(make_app) -> None:  # type: ignore[no-untyped-def]
-    # Once kube-scheduler binds through the bind verb, its pods are recorded where it binds
-    # them, before its next decision: no guess for a pod that may go elsewhere or nowhere.
-    app, _ = make_app()
-    ext = app.extensions["joulesched"]["extender"]
-    ext.binder = lambda b: None
-    c = app.test_client()
-    post(c, "prioritize", args("names", ["efficient", "hungry"], make_pod("16", uid="a", name="a")))
-    assert ext.predicted.placement("a").node == "efficient"  # nothing bound through it yet: its guess
-    assert bind(c, "a", "hungry") == (200, {"Error": ""})
-    post(c, "prioritize", args("names", ["efficient", "hungry"], make_pod("2", uid="b", name="b")))
-    assert ext.predicted.placement("b") is None  # it binds through the verb now: no guess
-    assert bind(c, "b", "hungry") == (200, {"Error": ""})
-    placed = ext.predicted.placement("b")
-    assert (placed.node, placed.cores, placed.confirmed) == ("hungry", 2.0, True)
-    # A pod of another scheduler, which binds by itself, still has its guess recorded.
-    other = make_pod("2", uid="c", name="c")
-    other["spec"]["schedulerName"] = "another"
-    post(c, "prioritize", args("names", ["efficient", "hungry"], other))
-    assert ext.predicted.placement("c") is not None and not ext.predicted.placement("c").confirmed
-
-
 def test_a_burst_spreads_by_predicted_load_instead_of_herding(make_app) -> None:  # type: ignore[no-untyped-def]
     app, _ = make_app()
     c = app.test_client()
