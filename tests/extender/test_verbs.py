@@ -349,3 +349,21 @@ def test_a_pods_prioritize_after_its_filter_reuses_the_filters_evaluation_while_
     assert len(evaluations) == 12
     post(c, "explain", args(mode, passed, make_pod("8", uid="e", name="e")))  # its own top choice now in the ledger
     assert len(evaluations) == 13
+
+
+def test_a_decision_that_waited_for_a_binding_is_counted_with_the_seconds_it_waited(make_app) -> None:  # type: ignore[no-untyped-def]
+    # A pod answered and never bound holds the next decision for bind.wait_seconds: counted
+    # once in bind_waits_total and bind_wait_seconds_total{outcome="deadline"}, as /metrics says.
+    app, metrics = make_app({"bind": {"enabled": True, "wait_seconds": 0.3}})
+    ext = app.extensions["joulesched"]["extender"]
+    ext.binder = lambda b: None
+    c = app.test_client()
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("2", uid="a", name="a")))
+    assert bind(c, "a", "hungry") == (200, {"Error": ""})  # kube-scheduler binds through the verb
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("2", uid="b", name="b")))  # never bound
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("2", uid="c", name="c")))
+    text = generate_latest(metrics.registry).decode()
+    waits = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+             if line.startswith("joulesched_extender_bind_wait")}
+    assert waits['joulesched_extender_bind_waits_total{outcome="deadline"}'] == 1.0
+    assert 0.25 < waits['joulesched_extender_bind_wait_seconds_total{outcome="deadline"}'] < 2.0
