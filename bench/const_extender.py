@@ -46,23 +46,22 @@ class ApiServer:
             conn, reused = self.idle.get_nowait(), True
         except queue.Empty:
             conn, reused = self._connect(), False
-        try:
-            resp, data = self._send(conn, path, body)
-        except (ConnectionError, http.client.RemoteDisconnected):
-            conn.close()
-            if not reused:
-                raise
-            # a kept-alive connection the API server closed while idle: the request never
-            # reached it (no reply began), so it is sent once more on a new connection
-            conn = self._connect()
+        while True:
             try:
-                resp, data = self._send(conn, path, body)
+                conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (ConnectionError, http.client.RemoteDisconnected):
+                conn.close()
+                if not reused:
+                    raise
+                # a kept-alive connection the API server closed while idle: no reply began, so
+                # the request is sent once more, on a new connection
+                conn, reused = self._connect(), False
             except (OSError, http.client.HTTPException):
                 conn.close()
                 raise
-        except (OSError, http.client.HTTPException):
-            conn.close()
-            raise
         if resp.will_close:
             conn.close()
         else:
@@ -71,12 +70,6 @@ class ApiServer:
 
     def _connect(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=5)
-
-    @staticmethod
-    def _send(conn: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[http.client.HTTPResponse, bytes]:
-        conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
-        resp = conn.getresponse()
-        return resp, resp.read()
 
 
 API: ApiServer | None = None

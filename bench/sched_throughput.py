@@ -96,9 +96,10 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 from joulesched.contracts.net import free_port  # noqa: E402
 
 CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "watch")
-# What each contender is compared with: the constant-score extender, and for one that binds,
-# the constant-score extender that binds too.
+# What each contender is compared with: the constant-score extender, and for one that binds
+# (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
+BINDERS = ("names", "full")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 SCHEDULED = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -328,7 +329,7 @@ def run_burst(
             entry.pop("bindVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
-    binds = contender in ("names", "full") and entry is not None and "bindVerb" in entry  # joulesched, binding
+    binds = contender in BINDERS and entry is not None and "bindVerb" in entry
     waits0 = bind_waits(url) if binds and url else None
     api0, etcd0 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     sched = cp.start_scheduler(
@@ -474,7 +475,8 @@ def summarise(results: list[Burst]) -> list[str]:
             ratios = []
             for floor in FLOORS:
                 rate_ratio = cpu_ratio = "–"
-                if floor in floors and contender not in ("alone", floor):
+                compared = contender in BINDERS if floor == "const-bind" else contender not in ("alone", floor)
+                if floor in floors and compared:
                     floor_rate, floor_cpu = floors[floor]
                     if floor_rate:
                         rate_ratio = f"{statistics.median(b.pods_per_s for b in mine) / floor_rate:.2f}"

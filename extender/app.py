@@ -79,6 +79,7 @@ def create_app(
     predicted = PredictedLoad(config.predicted_ttl_seconds, config.predicted_settle_seconds)
     occupancy = Occupancy() if config.watch_pods else None
     binder = make_binder(config) if config.bind_enabled else None
+
     def waited(outcome: str, seconds: float) -> None:
         metrics.bind_waits.labels(outcome).inc()
         metrics.bind_wait_seconds.labels(outcome).inc(seconds)
