@@ -134,6 +134,14 @@ class ExtenderConfig:
         minimum=0,
         maximum=0.5,
     )
+    bind_threads: int = setting(
+        32,
+        "`buffered` worker: threads per worker for the bind verb alone, beside `server.threads`; each binding"
+        " in flight holds one until the API server answers, and filter and prioritize never wait behind them",
+        key="bind.threads",
+        minimum=1,
+        maximum=1024,
+    )
     server_id_label: str = setting(
         "joulesched.io/server-id",
         "virtualised clusters: the node label naming the physical server whose profile"

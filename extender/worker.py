@@ -30,7 +30,9 @@ then served by the pool thread straight from the head and body already read: the
 verb endpoint and a reply written in one ``sendall``, without gunicorn's request parser, WSGI
 environ and response object (they took more CPU than the 100-node policy evaluation itself:
 docs/benchmarks.md, "Scheduling throughput"). Everything else (health, readiness, metrics,
-other methods and paths, HTTP/1.0, a malformed head) goes through gunicorn and Flask.
+other methods and paths, HTTP/1.0, a malformed head) goes through gunicorn and Flask. With the
+bind verb enabled, its requests have a pool of their own (``bind.threads``): a bind holds its
+thread until the API server has answered, and filter and prioritize never wait behind them.
 
 Replies are written by the pool thread with a socket timeout of the same deadline, so a client
 that does not read its reply holds a thread that long at most. Closing a connection lingers on
@@ -49,6 +51,7 @@ import selectors
 import socket
 import ssl
 import time
+from concurrent import futures
 from functools import partial
 from typing import Any
 
@@ -63,6 +66,7 @@ MAX_HEAD_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
 NEXT_REQUEST_SECONDS = 0.002  # kube-scheduler's next request on a connection: 0.5–2 ms later
 RECV_BYTES = 262144  # one read from a socket
+HANDED_ON = "handed on"  # _serve_verb's answer when the connection's next request went to the other pool
 _REASONS = {
     403: "Forbidden",
     408: "Request Timeout",
@@ -122,7 +126,7 @@ class FrontConn(TConn):  # type: ignore[misc]
         self.deadline = 0.0
         self.head: bytes | None = None  # the request head, once complete
         self.need = 0  # bytes of the buffer the whole request takes (head + body)
-        self.body: bytearray | None = None
+        self.body: bytes | bytearray | None = None
         self.oversize = False
         self.sent_continue = False
         self.held = 0  # this connection's share of FrontBufferedWorker.inflight
@@ -159,7 +163,32 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         # only (a TLS socket can hold decrypted bytes that poll does not see).
         self.follow_up = self.endpoint is not None and not self.cfg.is_ssl
         self._notified = 0.0
-        super().run()
+        # The bind verb's own threads (see enqueue_req); the pool starts its threads as needed.
+        self.bind_pool = futures.ThreadPoolExecutor(config.bind_threads, thread_name_prefix="bind") if config.bind_enabled else None
+        try:
+            super().run()
+        finally:
+            if self.bind_pool is not None:
+                self.bind_pool.shutdown(wait=False)
+
+    def enqueue_req(self, conn: FrontConn) -> None:
+        """A bind on the direct verb path goes to the bind verb's own threads, the rest to gunicorn's.
+
+        A bind holds its thread until the API server has answered its binding, and
+        kube-scheduler sends each pod's bind from a goroutine of its own, as soon as the pod is
+        placed: with the API server busy, dozens are in flight at once (32 of 32 threads in a
+        burst at 100 nodes, docs/benchmarks.md "Bindings in flight"). In one pool they took
+        every thread, and the next pod's filter waited for one.
+        """
+        pool = self.bind_pool if self.bind_pool is not None and conn.verb == "bind" else self.tpool
+        pool.submit(self.handle, conn).add_done_callback(partial(self._served, conn))
+
+    def _served(self, conn: FrontConn, fs: futures.Future[Any]) -> None:
+        """In the thread that served ``conn``: the event loop takes the connection back, unless the
+        other pool has it now (see _serve_verb), whose thread then hands it back."""
+        if not fs.cancelled() and fs.exception() is None and fs.result() is HANDED_ON:
+            return
+        self.method_queue.defer(self.finish_request, conn, fs)
 
     def notify(self) -> None:
         # gunicorn touches its heartbeat file on every pass of the event loop, a system call per
@@ -433,7 +462,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             self.handle_error(req, conn.sock, conn.client, e)
         return False
 
-    def _serve_verb(self, conn: FrontConn) -> bool:
+    def _serve_verb(self, conn: FrontConn) -> bool | str:
         """The direct verb path: True to keep the connection for the next request.
 
         After a reply the thread waits up to ``NEXT_REQUEST_SECONDS`` for the client's next
@@ -442,7 +471,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         the event loop and back costs two thread wake-ups. Anything else (nothing in time, part
         of a request, more than one, a malformed or oversize head, TLS) goes back to the event
         loop with the bytes read, under its deadlines: a thread still waits on no client longer
-        than that.
+        than that. A next request for the other pool (a bind after a decision, a decision after
+        a bind: see enqueue_req) is handed to that pool from here.
         """
         verb, body = conn.verb or "", conn.body or b""
         conn.verb = None
@@ -454,7 +484,16 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             follow = self._next_request(conn)
             if follow is None:
                 return keep
-            verb, body, conn.close_after = follow
+            next_verb, body, conn.close_after = follow
+            if self._binds(next_verb) != self._binds(verb):
+                conn.verb, conn.body = next_verb, body
+                self.enqueue_req(conn)
+                return HANDED_ON
+            verb = next_verb
+
+    def _binds(self, verb: str) -> bool:
+        """Whether ``verb`` is served by the bind verb's own threads."""
+        return verb == "bind" and self.bind_pool is not None
 
     def _answer(self, conn: FrontConn, verb: str, body: bytes | bytearray) -> bool:
         self.nr += 1

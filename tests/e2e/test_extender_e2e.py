@@ -9,8 +9,13 @@ them with a nodeSelector, so nothing else in the session-wide cluster takes part
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from e2e_extender import (
@@ -20,6 +25,7 @@ from e2e_extender import (
     deploy_extender_entry,
     energy_scheduler_config,
     node_profile,
+    placements,
     stays_pending,
     wait_all_bound,
 )
@@ -196,6 +202,53 @@ def test_bind_verb(control_plane, node_factory, scheduler_factory, extender_fact
     assert " failed: " not in ext.log_text(), ext.log_tail()  # Extender.bind's warning
     for p in pods:
         assert cp.pod_events(p, ns, "Scheduled"), f"no Scheduled event for {p}"
+
+
+def test_bindings_waiting_on_a_stalled_api_server_hold_no_decision_thread(
+        control_plane, node_factory, extender_factory, e2e_namespace):
+    # kube-scheduler sends each pod's bind as soon as the pod is placed, from a goroutine of its
+    # own, so with the API server slow to answer many bindings are in flight at once, each
+    # holding a thread of the extender until its answer comes. They have threads of their own
+    # (bind.threads): the next pod's filter is answered within kube-scheduler's httpTimeout
+    # (deploy/: 1 s) while six bindings wait on a stopped kube-apiserver, with two
+    # server.threads that six bindings in one pool would all take.
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    node = f"stall-{tag}"
+    node_factory(node, cpu="64", memory="128Gi")
+    profiles = {"sites": SITE, "nodes": [node_profile(node, EFFICIENT_CURVE, 64, site="dc")]}
+    ext = extender_factory(profiles, deploy_extender_config(
+        cp.kubeconfig, bind={"enabled": True, "threads": 8}, server={"threads": 2}))
+    pods = [f"stalled-{i}" for i in range(7)]
+    uids = {p: cp.create_pod(p, ns, scheduler_name=f"nobody-{tag}", cpu="1").metadata.uid for p in pods}
+
+    def bind(pod: str) -> tuple[int, Any]:
+        return ext.post("bind", {"PodName": pod, "PodNamespace": ns, "PodUID": uids[pod], "Node": node})
+
+    assert bind(pods[0]) == (200, {"Error": ""})  # the binder's API client made, its connection open
+    filter_body = {"Pod": {"metadata": {"name": "next", "namespace": ns, "uid": f"next-{tag}"},
+                           "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
+                   "NodeNames": [node]}
+    stall = 2.5
+    with ThreadPoolExecutor(len(pods) - 1) as pool:
+        os.kill(cp.apiserver.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            binds = [pool.submit(bind, p) for p in pods[1:]]
+            time.sleep(0.5)  # every binding sent and waiting on the API server
+            assert not any(b.done() for b in binds), [b.result() for b in binds if b.done()]
+            started = time.monotonic()
+            status, reply = ext.post("filter", filter_body)
+            took = time.monotonic() - started
+            waiting = sum(not b.done() for b in binds)
+        finally:
+            time.sleep(max(0.0, stopped + stall - time.monotonic()))
+            os.kill(cp.apiserver.pid, signal.SIGCONT)
+        answers = [b.result(timeout=30) for b in binds]
+    assert status == 200 and reply["NodeNames"] == [node], reply
+    assert took < 1.0, f"the filter took {took:.2f} s behind the bindings"
+    assert waiting == len(binds), "a binding was answered while the API server was stopped"
+    assert answers == [(200, {"Error": ""})] * len(binds), answers
+    assert set(placements(cp, ns, pods).values()) == {node}
 
 
 def test_the_binder_binds_and_names_the_apis_refusals(control_plane, node_factory, e2e_namespace):

@@ -26,10 +26,10 @@ BODY = orjson.dumps({"Pod": make_pod(), "NodeNames": ["efficient", "hungry", "ca
 
 
 def start(
-    tmp_path: Path, server: dict[str, object], max_request_bytes: int = 1 << 20
+    tmp_path: Path, server: dict[str, object], max_request_bytes: int = 1 << 20, **settings: object
 ) -> tuple[subprocess.Popen[bytes], int]:
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump(PROFILES))
-    config = {"profiles": {"file": {"path": "nodes.yaml"}}, "max_request_bytes": max_request_bytes, "server": server}
+    config = {"profiles": {"file": {"path": "nodes.yaml"}}, "max_request_bytes": max_request_bytes, "server": server, **settings}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     port = free_port()
     proc = start_extender(tmp_path / "config.yaml", port, tmp_path / "extender.log")
@@ -225,6 +225,60 @@ def test_a_kept_alive_clients_next_request_is_answered_however_it_comes(one_thre
     conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
     assert prioritize(conn) == 200
     conn.close()
+
+
+def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_own_threads(tmp_path: Path) -> None:
+    # kube-scheduler's bind goroutine takes the connection the scheduling loop has just used,
+    # so a prioritize and the pod's bind often come back to back on one connection, and the
+    # next pod's filter after the bind. Each goes to its own pool (bind.threads, server.threads)
+    # from the thread that read it, and each is answered, in order. No API server here: the
+    # binder's error is the bind's answer, as kube-scheduler would get it.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}", "insecure-skip-tls-verify": True}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }))
+    proc, port = start(
+        tmp_path, {"workers": 1, "threads": 1}, kubeconfig=str(kubeconfig), bind={"enabled": True, "threads": 1, "wait_seconds": 0}
+    )
+    prio = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+    binding = orjson.dumps({"PodName": "p", "PodNamespace": "default", "PodUID": "u-1", "Node": "efficient"})
+    bind = b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(binding), binding)
+
+    def answer(s: socket.socket) -> dict[str, object] | list[object]:
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+        while len(body) < length:
+            chunk = s.recv(65536)
+            assert chunk, got
+            body += chunk
+        assert head.startswith(b"HTTP/1.1 200 ") and len(body) == length, got
+        return orjson.loads(body)
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(20):
+                s.sendall(prio)
+                assert answer(s)[0]["Host"] == "efficient"  # type: ignore[index]
+                s.sendall(bind)  # at once: the decision's thread is still waiting for it
+                reply = answer(s)
+                assert isinstance(reply, dict) and "binding default/p to efficient" in str(reply["Error"]), reply
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        assert re.search(r'^joulesched_extender_requests_total\{code="200",verb="bind"\} 20\.0$', text, re.M), text
+        assert re.search(r'^joulesched_extender_requests_total\{code="200",verb="prioritize"\} 20\.0$', text, re.M), text
+    finally:
+        stop(proc)
 
 
 def connections_accepted(port: int) -> float:
