@@ -288,6 +288,12 @@ EXT_BIND_WAIT_SECONDS = _m(
     "as in extender_bind_waits_total: time on kube-scheduler's scheduling cycle that no CPU is spent in.",
     "outcome",
 )
+EXT_BINDS_IN_FLIGHT = _m(
+    "extender_binds_in_flight",
+    "gauge",
+    "Bindings the bind verb has sent to the API server and not yet had answered; each holds one of bind.threads "
+    "(at bind.threads, the next binds wait for a thread).",
+)
 EXT_CONNECTIONS = _m(
     "extender_connections_total",
     "counter",

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 from flask import Flask, Response, request
+from prometheus_client import Gauge
 
 from joulesched.extender import wire
 from joulesched.extender.config import ExtenderConfig
@@ -64,6 +65,16 @@ def make_binder(config: ExtenderConfig) -> Callable[[wire.BindingArgs], None]:
     return Binder(config.kubeconfig)
 
 
+def _in_flight(binder: Callable[[wire.BindingArgs], None], gauge: Gauge) -> Callable[[wire.BindingArgs], None]:
+    """``binder``, counted in ``gauge`` while the API server has its binding."""
+
+    def bind(args: wire.BindingArgs) -> None:
+        with gauge.track_inprogress():
+            binder(args)
+
+    return bind
+
+
 def create_app(
     config: ExtenderConfig | None = None,
     *,
@@ -78,7 +89,7 @@ def create_app(
     metrics = metrics or ExtenderMetrics()
     predicted = PredictedLoad(config.predicted_ttl_seconds, config.predicted_settle_seconds)
     occupancy = Occupancy() if config.watch_pods else None
-    binder = make_binder(config) if config.bind_enabled else None
+    binder = _in_flight(make_binder(config), metrics.binds_in_flight) if config.bind_enabled else None
 
     def waited(outcome: str, seconds: float) -> None:
         metrics.bind_waits.labels(outcome).inc()

@@ -82,6 +82,9 @@ class ExtenderMetrics:
             _base(m.EXT_BIND_WAIT_SECONDS), m.EXT_BIND_WAIT_SECONDS.help, labels(m.EXT_BIND_WAIT_SECONDS), registry=reg
         )
         self.connections = Counter(_base(m.EXT_CONNECTIONS), m.EXT_CONNECTIONS.help, registry=reg)
+        self.binds_in_flight = Gauge(
+            m.EXT_BINDS_IN_FLIGHT.name, m.EXT_BINDS_IN_FLIGHT.help, registry=reg, multiprocess_mode="livesum"
+        )
         self.predicted_pods = Gauge(
             m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="livesum"
         )

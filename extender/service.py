@@ -224,14 +224,14 @@ class Extender:
         }
         return wire.filter_result(args, passed, {}, unresolvable)
 
-    def prioritize(self, body: bytes) -> list[dict[str, Any]]:
+    def prioritize(self, body: bytes) -> wire.Encoded:
         args = wire.parse_extender_args(body, self.server_id_label)
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         scores = d.evaluation.scores
         self._decided(d)
         self._remember_top_choice(d)
-        return wire.host_priority_list(args.node_names, scores.tolist())
+        return wire.encode_host_priority_list(args.node_names, scores.tolist())
 
     def explain(self, body: bytes) -> dict[str, Any]:
         args = wire.parse_extender_args(body, self.server_id_label)

@@ -391,7 +391,7 @@ def filter_result(
     nodeCacheCapable mode). In Nodes mode the passing node objects are echoed as they came, and
     the reply is returned encoded.
     """
-    names = [args.node_names[i] for i in passed]
+    names = args.node_names if len(passed) == len(args.node_names) else list(map(args.node_names.__getitem__, passed))
     result: dict[str, Any] = {
         "NodeNames": names,
         "FailedNodes": failed,
@@ -407,6 +407,28 @@ def filter_result(
 def host_priority_list(names: list[str], scores: list[int]) -> list[dict[str, Any]]:
     """``HostPriorityList``: a bare array, one integer score per candidate, in input order."""
     return [{"Host": name, "Score": score} for name, score in zip(names, scores, strict=True)]
+
+
+# Between one candidate's escaped name and the next's, for each score a reply can hold.
+_BETWEEN = tuple(b'","Score":%d},{"Host":"' % score for score in range(101))
+
+
+def encode_host_priority_list(names: list[str], scores: list[int]) -> Encoded:
+    """``orjson.dumps(host_priority_list(names, scores))``, without a dict a candidate.
+
+    The names are escaped by orjson in one call and cut apart where one string ends and the
+    next begins — ``","`` occurs nowhere else in a JSON array of strings, since a quote inside
+    a string is always escaped — and the scores go in between (docs/benchmarks.md, "Fewer
+    Python objects a decision").
+    """
+    if len(names) != len(scores):
+        raise ValueError(f"{len(names)} candidates but {len(scores)} scores")
+    if not names or min(scores) < 0 or max(scores) >= len(_BETWEEN):
+        return Encoded(orjson.dumps(host_priority_list(names, scores)))
+    chunks = [b""] * (2 * len(names) - 1)
+    chunks[0::2] = orjson.dumps(names)[2:-2].split(b'","')
+    chunks[1::2] = list(map(_BETWEEN.__getitem__, scores[:-1]))
+    return Encoded(b'[{"Host":"%b","Score":%d}]' % (b"".join(chunks), scores[-1]))
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ MAX_HEAD_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
 NEXT_REQUEST_SECONDS = 0.002  # kube-scheduler's next request on a connection: 0.5–2 ms later
 RECV_BYTES = 262144  # one read from a socket
-HANDED_ON = "handed on"  # _serve_verb's answer when the connection's next request went to the other pool
+HANDED_ON = object()  # _serve_verb's answer when the connection's next request went to the other pool
 _REASONS = {
     403: "Forbidden",
     408: "Request Timeout",
@@ -148,6 +148,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         self.buffered = 0  # bytes of requests being read
         self.inflight = 0  # bytes of bodies handed to threads and not yet answered
         self._ssl_context: ssl.SSLContext | None = None
+        self.bind_pool: futures.ThreadPoolExecutor | None = None  # made in run(), from the config
+        self.stopped = False  # the event loop has ended
         super().init_process()
 
     def run(self) -> None:
@@ -168,6 +170,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         try:
             super().run()
         finally:
+            self.stopped = True  # a bind still waiting on the API server hands nothing back
             if self.bind_pool is not None:
                 self.bind_pool.shutdown(wait=False)
 
@@ -184,9 +187,10 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         pool.submit(self.handle, conn).add_done_callback(partial(self._served, conn))
 
     def _served(self, conn: FrontConn, fs: futures.Future[Any]) -> None:
-        """In the thread that served ``conn``: the event loop takes the connection back, unless the
-        other pool has it now (see _serve_verb), whose thread then hands it back."""
-        if not fs.cancelled() and fs.exception() is None and fs.result() is HANDED_ON:
+        """Once ``conn``'s request is served (in the thread that served it, or the one that added
+        this callback): the event loop takes the connection back, unless the other pool has it
+        now (see _serve_verb), whose thread then hands it back, or the event loop has ended."""
+        if self.stopped or (not fs.cancelled() and fs.exception() is None and fs.result() is HANDED_ON):
             return
         self.method_queue.defer(self.finish_request, conn, fs)
 
@@ -462,7 +466,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             self.handle_error(req, conn.sock, conn.client, e)
         return False
 
-    def _serve_verb(self, conn: FrontConn) -> bool | str:
+    def _serve_verb(self, conn: FrontConn) -> bool | object:
         """The direct verb path: True to keep the connection for the next request.
 
         After a reply the thread waits up to ``NEXT_REQUEST_SECONDS`` for the client's next
@@ -486,10 +490,21 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 return keep
             next_verb, body, conn.close_after = follow
             if self._binds(next_verb) != self._binds(verb):
+                held, conn.held = conn.held, 0
                 conn.verb, conn.body = next_verb, body
-                self.enqueue_req(conn)
-                return HANDED_ON
+                try:
+                    self.enqueue_req(conn)
+                except RuntimeError:  # the pool is shut down (the worker is stopping): served here
+                    conn.verb, conn.body, conn.held = None, None, held
+                else:
+                    # The body the event loop read is answered: out of the budget now, not when
+                    # the handed-on request ends (a bind may wait seconds on the API server).
+                    self.method_queue.defer(self._release, held)
+                    return HANDED_ON
             verb = next_verb
+
+    def _release(self, held: int) -> None:
+        self.inflight -= held
 
     def _binds(self, verb: str) -> bool:
         """Whether ``verb`` is served by the bind verb's own threads."""

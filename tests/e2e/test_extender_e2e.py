@@ -234,7 +234,8 @@ def test_bindings_waiting_on_a_stalled_api_server_hold_no_decision_thread(
         stopped = time.monotonic()
         try:
             binds = [pool.submit(bind, p) for p in pods[1:]]
-            time.sleep(0.5)  # every binding sent and waiting on the API server
+            _wait_until(lambda: ext.metric("joulesched_extender_binds_in_flight") == len(binds), timeout=2,
+                        what="every binding sent and waiting on the API server")
             assert not any(b.done() for b in binds), [b.result() for b in binds if b.done()]
             started = time.monotonic()
             status, reply = ext.post("filter", filter_body)
@@ -249,6 +250,7 @@ def test_bindings_waiting_on_a_stalled_api_server_hold_no_decision_thread(
     assert waiting == len(binds), "a binding was answered while the API server was stopped"
     assert answers == [(200, {"Error": ""})] * len(binds), answers
     assert set(placements(cp, ns, pods).values()) == {node}
+    assert ext.metric("joulesched_extender_binds_in_flight") == 0
 
 
 def test_the_binder_binds_and_names_the_apis_refusals(control_plane, node_factory, e2e_namespace):

@@ -7,6 +7,7 @@ import pytest
 from flask.testing import FlaskClient
 from prometheus_client import generate_latest
 
+from joulesched.extender import wire
 from tests.extender.support import Clock, make_node, make_pod, post
 
 NAMES = ["efficient", "hungry", "capped", "stranger"]
@@ -45,6 +46,23 @@ def test_prioritize_wire_bytes_are_what_kube_schedulers_decoder_reads(client: Fl
     reply = client.post("/scheduler/prioritize", data=orjson.dumps(args("names", ["efficient"])))
     assert reply.data == b'[{"Host":"efficient","Score":10}]'
     assert reply.mimetype == "application/json"
+
+
+def test_prioritize_wire_bytes_are_orjsons_whatever_the_names_and_scores() -> None:
+    # The reply is encoded without a dict a candidate (wire.encode_host_priority_list): byte for
+    # byte what orjson writes for the list of dicts, for names JSON must escape too.
+    odd = ['a","b', "c\\", '"', "", "é", "\\\",\"", "x\u2028y", "tab\there", "n-1"]
+    for names, scores in [
+        (odd, [3, 0, 10, 5, 1, 2, 9, 4, 7]),
+        (["only"], [10]),
+        ([], []),
+        ([f"node-{i:05d}" for i in range(1000)], [i % 11 for i in range(1000)]),
+        (["a", "b"], [-1, 5]),  # outside any reply's scores: encoded the plain way, the same bytes
+        (["a", "b"], [5, 1000]),
+    ]:
+        assert wire.encode_host_priority_list(names, scores) == orjson.dumps(wire.host_priority_list(names, scores))
+    with pytest.raises(ValueError, match="2 candidates but 1 scores"):
+        wire.encode_host_priority_list(["a", "b"], [1])
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
@@ -250,7 +268,10 @@ def test_virtual_nodes_are_scored_on_the_profile_of_their_physical_server(tmp_pa
     # Nodes mode: the labels come with the request, in kube-scheduler's encoding or another.
     assert post(c, "prioritize", {"Pod": make_pod(), "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}) == (200, expected)
     assert post(c, "prioritize", {"Pod": make_pod(), "Nodes": {"items": items}}) == (200, expected)
-    # NodeNames mode: the labels come from the node watch.
+    # NodeNames mode: the labels come from the node watch; the same candidates asked about
+    # before and after it names their servers are scored on what is known at each time.
+    neutral = [{"Host": h["Host"], "Score": 5} for h in expected]
+    assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["vm-1", "vm-2", "vm-3"]}) == (200, neutral)
     app.extensions["joulesched"]["extender"].node_servers = {"vm-1": "srv-b", "vm-2": "srv-a"}
     assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["vm-1", "vm-2", "vm-3"]}) == (200, expected)
 
@@ -295,8 +316,11 @@ def test_a_config_whose_bind_wait_would_starve_its_own_bind_is_refused() -> None
     from joulesched.extender.config import parse_config
     from joulesched.policy.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"server\.threads: must be 2 or more with bind\.enabled"):
-        parse_config({"bind": {"enabled": True}, "server": {"threads": 1}}, "t.yaml")
+    # gunicorn's own worker serves binds from server.threads: a decision waiting would hold the only one.
+    with pytest.raises(ConfigError, match=r"server\.threads: must be 2 or more with server\.worker: gthread, bind\.enabled"):
+        parse_config({"bind": {"enabled": True}, "server": {"threads": 1, "worker": "gthread"}}, "t.yaml")
+    # The buffered worker serves binds on bind.threads of their own.
+    assert parse_config({"bind": {"enabled": True}, "server": {"threads": 1}}, "t.yaml").server.threads == 1
     with pytest.raises(ConfigError, match=r"bind\.wait_seconds"):
         parse_config({"bind": {"enabled": True, "wait_seconds": 1.0}}, "t.yaml")  # kube-scheduler's httpTimeout
     assert parse_config({"bind": {"enabled": True, "wait_seconds": 0}, "server": {"threads": 1}}, "t.yaml").server.threads == 1

@@ -227,25 +227,67 @@ def test_a_kept_alive_clients_next_request_is_answered_however_it_comes(one_thre
     conn.close()
 
 
+PRIORITIZE = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+_BINDING = orjson.dumps({"PodName": "p", "PodNamespace": "default", "PodUID": "u-1", "Node": "efficient"})
+BIND = b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(_BINDING), _BINDING)
+
+
+def api_kubeconfig(tmp_path: Path, port: int) -> str:
+    """A kubeconfig for an API server on 127.0.0.1:``port`` (the binder's; none real here)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }))
+    return str(path)
+
+
+def test_a_binding_the_api_server_never_answers_holds_a_bind_thread_and_no_decision_thread(tmp_path: Path) -> None:
+    # An API server that accepts connections and never answers (the TLS handshake never
+    # completes): each bind holds a thread of bind.threads until the binder's timeout, and the
+    # one server.thread still answers prioritize at once, whether a bind came on its own
+    # connection or right after a prioritize on the decision's (handed from that thread).
+    silent = socket.create_server(("127.0.0.1", 0))
+    kubeconfig = api_kubeconfig(tmp_path, silent.getsockname()[1])
+    proc, port = start(tmp_path, {"workers": 1, "threads": 1}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 2})
+    prio, bind = PRIORITIZE, BIND
+    try:
+        alone = socket.create_connection(("127.0.0.1", port), timeout=10)
+        alone.sendall(bind)
+        after = socket.create_connection(("127.0.0.1", port), timeout=10)
+        after.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        after.sendall(prio)
+        assert b"efficient" in after.recv(65536)
+        after.sendall(bind)  # at once: the one decision thread may read it, and hands it on
+        deadline = time.monotonic() + 5
+        while (in_flight := metric(port, "joulesched_extender_binds_in_flight")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert in_flight == 2, "the two bindings are not both waiting on the API server"
+        for _ in range(5):
+            started = time.monotonic()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            assert prioritize(conn) == 200
+            conn.close()
+            assert time.monotonic() - started < 1.0  # kube-scheduler's httpTimeout in deploy/
+        assert metric(port, "joulesched_extender_binds_in_flight") == 2  # still waiting
+        alone.close()
+        after.close()
+    finally:
+        stop(proc)
+        silent.close()
+
+
 def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_own_threads(tmp_path: Path) -> None:
     # kube-scheduler's bind goroutine takes the connection the scheduling loop has just used,
     # so a prioritize and the pod's bind often come back to back on one connection, and the
     # next pod's filter after the bind. Each goes to its own pool (bind.threads, server.threads)
     # from the thread that read it, and each is answered, in order. No API server here: the
     # binder's error is the bind's answer, as kube-scheduler would get it.
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}", "insecure-skip-tls-verify": True}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-    }))
-    proc, port = start(
-        tmp_path, {"workers": 1, "threads": 1}, kubeconfig=str(kubeconfig), bind={"enabled": True, "threads": 1, "wait_seconds": 0}
-    )
-    prio = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
-    binding = orjson.dumps({"PodName": "p", "PodNamespace": "default", "PodUID": "u-1", "Node": "efficient"})
-    bind = b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(binding), binding)
+    kubeconfig = api_kubeconfig(tmp_path, free_port())  # nothing listens there
+    proc, port = start(tmp_path, {"workers": 1, "threads": 1}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 1, "wait_seconds": 0})
+    prio, bind = PRIORITIZE, BIND
 
     def answer(s: socket.socket) -> dict[str, object] | list[object]:
         got = b""
@@ -281,14 +323,19 @@ def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_o
         stop(proc)
 
 
-def connections_accepted(port: int) -> float:
+def metric(port: int, name: str) -> float:
+    """The value of an unlabelled series in the extender's /metrics (each read is a connection)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     conn.close()
-    match = re.search(r"^joulesched_extender_connections_total (\S+)$", text, re.M)
+    match = re.search(rf"^{name} (\S+)$", text, re.M)
     assert match, text
     return float(match.group(1))
+
+
+def connections_accepted(port: int) -> float:
+    return metric(port, "joulesched_extender_connections_total")
 
 
 def test_connections_are_counted_once_each_however_many_requests_they_carry(one_thread: int) -> None:
