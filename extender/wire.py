@@ -417,16 +417,20 @@ def encode_host_priority_list(names: list[str], scores: list[int]) -> Encoded:
     """``orjson.dumps(host_priority_list(names, scores))``, without a dict a candidate.
 
     The names are escaped by orjson in one call and cut apart where one string ends and the
-    next begins — ``","`` occurs nowhere else in a JSON array of strings, since a quote inside
-    a string is always escaped — and the scores go in between (docs/benchmarks.md, "Fewer
-    Python objects a decision").
+    next begins, and the scores go in between (docs/benchmarks.md, "Fewer Python objects a
+    decision"). Where no name holds a quote (no ``\\"`` in the escaped array: a Kubernetes
+    node name never does), ``","`` occurs only between two strings; otherwise — a name ending
+    in ``",`` would be cut inside — the list of dicts is encoded instead.
     """
     if len(names) != len(scores):
         raise ValueError(f"{len(names)} candidates but {len(scores)} scores")
     if not names or min(scores) < 0 or max(scores) >= len(_BETWEEN):
         return Encoded(orjson.dumps(host_priority_list(names, scores)))
+    escaped = orjson.dumps(names)
+    if b'\\"' in escaped:
+        return Encoded(orjson.dumps(host_priority_list(names, scores)))
     chunks = [b""] * (2 * len(names) - 1)
-    chunks[0::2] = orjson.dumps(names)[2:-2].split(b'","')
+    chunks[0::2] = escaped[2:-2].split(b'","')
     chunks[1::2] = list(map(_BETWEEN.__getitem__, scores[:-1]))
     return Encoded(b'[{"Host":"%b","Score":%d}]' % (b"".join(chunks), scores[-1]))
 

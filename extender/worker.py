@@ -171,8 +171,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             super().run()
         finally:
             self.stopped = True  # a bind still waiting on the API server hands nothing back
-            if self.bind_pool is not None:
-                self.bind_pool.shutdown(wait=False)
+            if self.bind_pool is not None:  # binds still queued are kube-scheduler's to retry
+                self.bind_pool.shutdown(wait=False, cancel_futures=True)
 
     def enqueue_req(self, conn: FrontConn) -> None:
         """A bind on the direct verb path goes to the bind verb's own threads, the rest to gunicorn's.
@@ -190,7 +190,10 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         """Once ``conn``'s request is served (in the thread that served it, or the one that added
         this callback): the event loop takes the connection back, unless the other pool has it
         now (see _serve_verb), whose thread then hands it back, or the event loop has ended."""
-        if self.stopped or (not fs.cancelled() and fs.exception() is None and fs.result() is HANDED_ON):
+        if not fs.cancelled() and fs.exception() is None and fs.result() is HANDED_ON:
+            return
+        if self.stopped:  # a bind answered after the worker stopped: nothing takes the connection back
+            conn.close()
             return
         self.method_queue.defer(self.finish_request, conn, fs)
 
@@ -489,18 +492,15 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             if follow is None:
                 return keep
             next_verb, body, conn.close_after = follow
-            if self._binds(next_verb) != self._binds(verb):
+            if self._binds(next_verb) != self._binds(verb) and self.alive:  # (stopping: served here)
                 held, conn.held = conn.held, 0
                 conn.verb, conn.body = next_verb, body
-                try:
-                    self.enqueue_req(conn)
-                except RuntimeError:  # the pool is shut down (the worker is stopping): served here
-                    conn.verb, conn.body, conn.held = None, None, held
-                else:
+                self.enqueue_req(conn)
+                if held:
                     # The body the event loop read is answered: out of the budget now, not when
                     # the handed-on request ends (a bind may wait seconds on the API server).
                     self.method_queue.defer(self._release, held)
-                    return HANDED_ON
+                return HANDED_ON
             verb = next_verb
 
     def _release(self, held: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import orjson
 import pytest
 from flask.testing import FlaskClient
@@ -52,7 +54,13 @@ def test_prioritize_wire_bytes_are_orjsons_whatever_the_names_and_scores() -> No
     # The reply is encoded without a dict a candidate (wire.encode_host_priority_list): byte for
     # byte what orjson writes for the list of dicts, for names JSON must escape too.
     odd = ['a","b', "c\\", '"', "", "é", "\\\",\"", "x\u2028y", "tab\there", "n-1"]
+    rng = random.Random(1)
+    fuzz = ["".join(rng.choice('",\\a\x01\u2028') for _ in range(rng.randint(0, 4))) for _ in range(3000)]
     for names, scores in [
+        (['a",', "b"], [0, 1]),  # a name ending in `",` then another: `","` inside the first
+        (['",', "b"], [0, 1]),
+        (['\\",', "b", 'x",'], [0, 1, 2]),
+        *[(fuzz[i : i + 3], [1, 2, 3][: len(fuzz[i : i + 3])]) for i in range(0, 3000, 3)],
         (odd, [3, 0, 10, 5, 1, 2, 9, 4, 7]),
         (["only"], [10]),
         ([], []),
