@@ -424,10 +424,8 @@ def encode_host_priority_list(names: list[str], scores: list[int]) -> Encoded:
     """
     if len(names) != len(scores):
         raise ValueError(f"{len(names)} candidates but {len(scores)} scores")
-    if not names or min(scores) < 0 or max(scores) >= len(_BETWEEN):
-        return Encoded(orjson.dumps(host_priority_list(names, scores)))
     escaped = orjson.dumps(names)
-    if b'\\"' in escaped:
+    if not names or min(scores) < 0 or max(scores) >= len(_BETWEEN) or b'\\"' in escaped:
         return Encoded(orjson.dumps(host_priority_list(names, scores)))
     chunks = [b""] * (2 * len(names) - 1)
     chunks[0::2] = escaped[2:-2].split(b'","')

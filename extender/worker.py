@@ -183,8 +183,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         burst at 100 nodes, docs/benchmarks.md "Bindings in flight"). In one pool they took
         every thread, and the next pod's filter waited for one.
         """
-        pool = self.bind_pool if self.bind_pool is not None and conn.verb == "bind" else self.tpool
-        pool.submit(self.handle, conn).add_done_callback(partial(self._served, conn))
+        self._pool(conn.verb).submit(self.handle, conn).add_done_callback(partial(self._served, conn))
 
     def _served(self, conn: FrontConn, fs: futures.Future[Any]) -> None:
         """Once ``conn``'s request is served (in the thread that served it, or the one that added
@@ -492,7 +491,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             if follow is None:
                 return keep
             next_verb, body, conn.close_after = follow
-            if self._binds(next_verb) != self._binds(verb) and self.alive:  # (stopping: served here)
+            if self._pool(next_verb) is not self._pool(verb) and self.alive:  # (stopping: served here)
                 held, conn.held = conn.held, 0
                 conn.verb, conn.body = next_verb, body
                 self.enqueue_req(conn)
@@ -506,9 +505,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
     def _release(self, held: int) -> None:
         self.inflight -= held
 
-    def _binds(self, verb: str) -> bool:
-        """Whether ``verb`` is served by the bind verb's own threads."""
-        return verb == "bind" and self.bind_pool is not None
+    def _pool(self, verb: str | None) -> futures.Executor:
+        """The threads that serve ``verb``: the bind verb's own, or gunicorn's."""
+        return self.bind_pool if verb == "bind" and self.bind_pool is not None else self.tpool
 
     def _answer(self, conn: FrontConn, verb: str, body: bytes | bytearray) -> bool:
         self.nr += 1

@@ -252,15 +252,14 @@ def test_a_binding_the_api_server_never_answers_holds_a_bind_thread_and_no_decis
     silent = socket.create_server(("127.0.0.1", 0))
     kubeconfig = api_kubeconfig(tmp_path, silent.getsockname()[1])
     proc, port = start(tmp_path, {"workers": 1, "threads": 1}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 2})
-    prio, bind = PRIORITIZE, BIND
     try:
         alone = socket.create_connection(("127.0.0.1", port), timeout=10)
-        alone.sendall(bind)
+        alone.sendall(BIND)
         after = socket.create_connection(("127.0.0.1", port), timeout=10)
         after.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        after.sendall(prio)
+        after.sendall(PRIORITIZE)
         assert b"efficient" in after.recv(65536)
-        after.sendall(bind)  # at once: the one decision thread may read it, and hands it on
+        after.sendall(BIND)  # at once: the one decision thread may read it, and hands it on
         deadline = time.monotonic() + 2  # well inside the binder's 5 s timeout
         while (in_flight := metric(port, "joulesched_extender_binds_in_flight")) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -287,7 +286,6 @@ def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_o
     # binder's error is the bind's answer, as kube-scheduler would get it.
     kubeconfig = api_kubeconfig(tmp_path, free_port())  # nothing listens there
     proc, port = start(tmp_path, {"workers": 1, "threads": 1}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 1, "wait_seconds": 0})
-    prio, bind = PRIORITIZE, BIND
 
     def answer(s: socket.socket) -> dict[str, object] | list[object]:
         got = b""
@@ -308,9 +306,9 @@ def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_o
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for _ in range(20):
-                s.sendall(prio)
+                s.sendall(PRIORITIZE)
                 assert answer(s)[0]["Host"] == "efficient"  # type: ignore[index]
-                s.sendall(bind)  # at once: the decision's thread is still waiting for it
+                s.sendall(BIND)  # at once: the decision's thread is still waiting for it
                 reply = answer(s)
                 assert isinstance(reply, dict) and "binding default/p to efficient" in str(reply["Error"]), reply
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
