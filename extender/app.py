@@ -242,6 +242,23 @@ class VerbEndpoint:
         self._count(verb, time.perf_counter() - started)
         return 200, payload
 
+    def abandon(self, verb: str, body: bytes | bytearray) -> None:
+        """A request whose client closed the connection before a thread took it: not served.
+
+        kube-scheduler closes a connection when its httpTimeout passes, and has then gone on
+        without the answer. Counted as ``code="499"`` (nginx's "client closed request") and
+        ``reason="client_gone"``. A bind's placement is still recorded, its binding not sent
+        (:meth:`Extender.bind`); a decision is not evaluated.
+        """
+        if verb not in self.handlers:
+            verb = "unknown"
+        self.fail(verb, 499, "client_gone", "the client closed the connection before the request was served")
+        if verb == "bind" and self.ext.binder is not None:
+            try:
+                self.ext.bind(bytes(body), send=False)
+            except (WireError, PolicyError):
+                pass  # a bind nobody waits for, and malformed: nothing to record
+
     def serve(self, verb: str, length: int | None, read: Callable[[int], bytes]) -> tuple[int, bytes]:
         """:meth:`__call__`, and a JSON 500 for anything that escapes it (reading the body, counting)."""
         try:

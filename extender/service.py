@@ -247,11 +247,15 @@ class Extender:
         keep = {n: pargs.victims[n] for i, n in enumerate(names) if not d.evaluation.failed[i]}
         return wire.preemption_result(keep)
 
-    def bind(self, body: bytes) -> dict[str, Any]:
-        """Record the placement, then create the binding.
+    def bind(self, body: bytes, *, send: bool = True) -> dict[str, Any]:
+        """Record the placement, then create the binding (with ``send``).
 
         Recorded first: the next pod's filter may already be waiting on this pod (Unbound),
         and the API call takes milliseconds in which that decision would not know of it.
+        Without ``send`` (kube-scheduler closed the connection before the bind had a thread:
+        it gave up on it after its httpTimeout) the placement is recorded and no binding is
+        sent. kube-scheduler then binds the pod to that node itself (``ignorable``) or
+        schedules it again; a binding sent now would land after it had let the node go.
         """
         bargs = wire.parse_binding_args(body)
         if self.binder is None:
@@ -261,6 +265,8 @@ class Extender:
         cores, gpus = demand if demand is not None else (0.0, 0.0)
         self.predicted.record(uid, bargs.node, cores, gpus, self.clock(), confirmed=True)
         self.unbound.bound(uid, by_bind_verb=True)
+        if not send:
+            return {"Error": f"binding {bargs.pod_namespace}/{bargs.pod_name} to {bargs.node}: not sent, the client had gone"}
         try:
             self.binder(bargs)
         except Exception as err:  # the API's answer goes back to kube-scheduler in Error

@@ -483,6 +483,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         verb, body = conn.verb or "", conn.body or b""
         conn.verb = None
         conn.body = None
+        if _hung_up(conn.sock):  # closed while the request waited for this thread
+            self.endpoint.abandon(verb, body)
+            return False
         while True:
             keep = self._answer(conn, verb, body)
             if not keep or not self.follow_up or conn.pipelined:
@@ -601,6 +604,23 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
 
 
 _OPEN_PATHS = (b"/healthz", b"/readyz", b"/metrics")
+_HUNG_UP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the client has closed (or reset) the connection, whatever it sent before.
+
+    ``POLLRDHUP``: the peer's FIN has arrived, read or not, on TLS sockets too (a TLS close
+    leaves an alert in the buffer, so an empty read would not tell). A client that half-closes
+    after its request and still waits for the answer counts as gone, as nginx counts it
+    (499); kube-scheduler's Go client never half-closes: it closes when it gives up.
+    """
+    try:
+        poll = select.poll()
+        poll.register(sock, select.POLLRDHUP)
+        return any(events & _HUNG_UP for _, events in poll.poll(0))
+    except (OSError, ValueError):  # (a closed socket's fileno is -1)
+        return True
 
 
 def _direct_verb(head: bytes, prefix: bytes) -> tuple[str | None, bool]:

@@ -19,6 +19,7 @@ import copy
 import http.client
 import json
 import os
+import socket
 import ssl
 import sys
 import threading
@@ -294,6 +295,65 @@ class FaultProxy:
         self._closing.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+class HoldingRelay:
+    """A TCP relay on 127.0.0.1 to ``target`` (``https://host:port``, e.g. kube-apiserver) that
+    can hold what its clients send: while held, bytes from a client wait in the relay
+    (answers still flow back). TLS passes through untouched; ``server`` is the URL to use."""
+
+    def __init__(self, target: str):
+        host, port = target.split("//", 1)[1].rstrip("/").rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.server = f"https://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.passing = threading.Event()
+        self.passing.set()
+        self._sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True, name="holding-relay").start()
+
+    def hold(self) -> None:
+        self.passing.clear()
+
+    def release(self) -> None:
+        self.passing.set()
+
+    def kubeconfig(self, kubeconfig: Path, out: Path) -> Path:
+        """``kubeconfig`` with every cluster's server pointed at the relay, written to ``out``."""
+        doc = yaml.safe_load(Path(kubeconfig).read_text())
+        for cluster in doc["clusters"]:
+            cluster["cluster"]["server"] = self.server
+        out.write_text(yaml.safe_dump(doc))
+        return out
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                return
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, holdable: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if holdable:
+                    self.passing.wait()
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.passing.set()
+        for s in self._sockets:
+            try:
+                s.close()
+            except OSError:
+                pass
 
 
 # --------------------------------------------------------------------------

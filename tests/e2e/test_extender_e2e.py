@@ -21,6 +21,7 @@ import pytest
 from e2e_extender import (
     EFFICIENT_CURVE,
     INEFFICIENT_CURVE,
+    HoldingRelay,
     deploy_extender_config,
     deploy_extender_entry,
     energy_scheduler_config,
@@ -251,6 +252,51 @@ def test_bindings_waiting_on_a_stalled_api_server_hold_no_decision_thread(
     assert answers == [(200, {"Error": ""})] * len(binds), answers
     assert set(placements(cp, ns, pods).values()) == {node}
     assert ext.metric("joulesched_extender_binds_in_flight") == 0
+
+
+def test_a_bind_kube_scheduler_gave_up_on_is_not_sent(
+        control_plane, node_factory, scheduler_factory, extender_factory, e2e_namespace, tmp_path):
+    # kube-scheduler gives up on a bind after its httpTimeout (deploy/: 1 s), closes the
+    # connection and, the extender being ignorable, binds the pod itself. Binds still queued
+    # for the extender's bind thread then are not sent: they would reach the API server after
+    # kube-scheduler had bound the pod (or, not ignorable, let the node go). Here the extender's
+    # API writes are held in a relay while the real kube-scheduler places four pods; the one
+    # bind thread holds the first binding, the other three wait, and kube-scheduler gives up
+    # on all four. Released, the first binding (sent before kube-scheduler gave up) comes back
+    # 409; the other three are counted as 499 and never sent.
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    sel = {"e2e-test": f"gaveup-{tag}"}
+    node = f"gaveup-{tag}"
+    node_factory(node, cpu="64", memory="128Gi", labels=sel)
+    profiles = {"sites": SITE, "nodes": [node_profile(node, EFFICIENT_CURVE, 64, site="dc")]}
+    relay = HoldingRelay(cp.server)
+    try:
+        kubeconfig = relay.kubeconfig(cp.kubeconfig, tmp_path / "relayed.kubeconfig")
+        ext = extender_factory(profiles, deploy_extender_config(
+            kubeconfig, bind={"enabled": True, "threads": 1, "wait_seconds": 0}))
+        name = f"joule-gaveup-{tag}"
+        sched = scheduler_factory(energy_scheduler_config(name, ext.url, bindVerb="bind"), name=name, verbosity=3)
+        cp.create_pod("first", ns, scheduler_name=name, cpu="1", memory="1Gi", node_selector=sel)
+        wait_all_bound(cp, ns, ["first"], timeout=30)  # through the extender: its API connection open
+        _wait_until(lambda: ext.requests("bind", "200") >= 1, timeout=10, what="the first bind counted")
+        relay.hold()
+        pods = [f"late-{i}" for i in range(4)]
+        for p in pods:
+            cp.create_pod(p, ns, scheduler_name=name, cpu="1", memory="1Gi", node_selector=sel)
+        placed = wait_all_bound(cp, ns, pods, timeout=4)  # by kube-scheduler itself, inside the binder's 5 s
+        assert ext.requests("bind") == 1, ext.samples()  # nothing answered while held
+        relay.release()
+        _wait_until(lambda: ext.requests("bind") >= 1 + len(pods), timeout=10, what="every bind counted")
+    finally:
+        relay.close()
+    assert set(placed.values()) == {node}
+    assert sched.log_text().count("Skipping extender in bind") == len(pods)
+    assert ext.requests("bind", "499") == len(pods) - 1, ext.samples()
+    assert ext.failures("bind", "client_gone") == len(pods) - 1
+    failed = [line for line in ext.log_text().splitlines() if " failed: " in line]
+    # The one in flight: already assigned (or, on a machine too slow to release it within the
+    # binder's 5 s, timed out); either way the only binding the API server was sent.
+    assert len(failed) == 1 and ("409" in failed[0] or "timed out" in failed[0]), failed
 
 
 def test_the_binder_binds_and_names_the_apis_refusals(control_plane, node_factory, e2e_namespace):

@@ -186,6 +186,33 @@ def test_bind_records_the_placement_before_the_api_call(make_app) -> None:  # ty
     assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
 
 
+def test_a_request_abandoned_by_its_client_is_counted_and_a_binds_placement_kept_unsent(make_app) -> None:  # type: ignore[no-untyped-def]
+    # The worker hands VerbEndpoint.abandon a request whose client closed the connection
+    # before a thread took it (kube-scheduler's httpTimeout): a decision is not evaluated, a
+    # bind's placement is recorded (kube-scheduler binds the pod there itself, or schedules it
+    # again) and its binding not sent; each counted as 499 and client_gone.
+    app, _ = make_app()
+    ext = app.extensions["joulesched"]["extender"]
+    endpoint = app.extensions["joulesched"]["endpoint"]
+    metrics = app.extensions["joulesched"]["metrics"]
+    sent = []
+    ext.binder = sent.append
+    c = app.test_client()
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="a", name="a")))
+    decided = ext.last
+    endpoint.abandon("prioritize", orjson.dumps(args("names", ["efficient", "hungry"], make_pod("4", uid="b", name="b"))))
+    assert ext.last is decided and ext.predicted.placement("b") is None  # not evaluated
+    endpoint.abandon("bind", orjson.dumps({"PodName": "a", "PodNamespace": "default", "PodUID": "a", "Node": "hungry"}))
+    assert sent == []
+    placed = ext.predicted.placement("a")
+    assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
+    endpoint.abandon("bind", b"{not json")  # nobody waits for it: counted, nothing recorded
+    endpoint.abandon("nosuchverb", b"")
+    assert metrics.requests.labels("bind", "499")._value.get() == 2
+    assert metrics.failures.labels("prioritize", "client_gone")._value.get() == 1
+    assert metrics.failures.labels("unknown", "client_gone")._value.get() == 1
+
+
 def test_a_bind_after_the_next_pods_request_moves_the_load_to_the_real_node(make_app) -> None:  # type: ignore[no-untyped-def]
     # kube-scheduler binds asynchronously: by the time pod a's bind arrives, pod b has been
     # scored. The bind names only the node; a's demand comes from its top choice, not from b.

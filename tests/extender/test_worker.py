@@ -10,6 +10,7 @@ import http.client
 import re
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -311,23 +312,88 @@ def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_o
                 s.sendall(BIND)  # at once: the decision's thread is still waiting for it
                 reply = answer(s)
                 assert isinstance(reply, dict) and "binding default/p to efficient" in str(reply["Error"]), reply
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
-        assert re.search(r'^joulesched_extender_requests_total\{code="200",verb="bind"\} 20\.0$', text, re.M), text
-        assert re.search(r'^joulesched_extender_requests_total\{code="200",verb="prioritize"\} 20\.0$', text, re.M), text
+        assert metric(port, 'joulesched_extender_requests_total{code="200",verb="bind"}') == 20
+        assert metric(port, 'joulesched_extender_requests_total{code="200",verb="prioritize"}') == 20
     finally:
         stop(proc)
 
 
-def metric(port: int, name: str) -> float:
-    """The value of an unlabelled series in the extender's /metrics (each read is a connection)."""
+def bind_request(pod: str) -> bytes:
+    body = orjson.dumps({"PodName": pod, "PodNamespace": "default", "PodUID": f"uid-{pod}", "Node": "efficient"})
+    return b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def test_a_bind_whose_client_hung_up_while_it_waited_for_a_thread_is_not_sent(tmp_path: Path) -> None:
+    # kube-scheduler closes the connection when its httpTimeout passes and goes on without the
+    # answer: ignorable, it binds the pod itself; not, it schedules the pod again. A bind still
+    # queued for a thread then is not sent to the API server (it would land after kube-scheduler
+    # let the node go), and is counted as code 499; a bind whose client still waits is sent.
+    # The API server here holds every connection until released, then closes it: the one
+    # bind thread is taken by p0 while p1 and p2 are queued and their clients hang up.
+    api = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    released = threading.Event()
+
+    def api_server() -> None:
+        while True:
+            try:
+                s, _ = api.accept()
+            except OSError:
+                return
+            if released.is_set():
+                s.close()
+            else:
+                held.append(s)
+
+    threading.Thread(target=api_server, daemon=True).start()
+    kubeconfig = api_kubeconfig(tmp_path, api.getsockname()[1])
+    proc, port = start(tmp_path, {"workers": 1, "threads": 1}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 1, "wait_seconds": 0})
+    try:
+        clients = {}
+        for pod in ("p0", "p1", "p2", "p3"):
+            clients[pod] = socket.create_connection(("127.0.0.1", port), timeout=10)
+            clients[pod].sendall(bind_request(pod))
+            if pod == "p0":
+                deadline = time.monotonic() + 5
+                while metric(port, "joulesched_extender_binds_in_flight") < 1 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert held, "p0's binding never reached the API server"
+        time.sleep(0.3)  # p1, p2 and p3 read and queued behind p0
+        clients.pop("p1").close()
+        clients.pop("p2").close()
+        time.sleep(0.1)
+        released.set()
+        for s in held:
+            s.close()
+        for pod, s in clients.items():
+            got = b""
+            while not got.endswith(b"}"):
+                chunk = s.recv(65536)
+                assert chunk, (pod, got)
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200 ") and f"binding default/{pod} to efficient: ".encode() in got, (pod, got)
+            s.close()
+        assert metric(port, 'joulesched_extender_requests_total{code="499",verb="bind"}', 0) == 2
+        assert metric(port, 'joulesched_extender_failures_total{reason="client_gone",verb="bind"}', 0) == 2
+        assert metric(port, 'joulesched_extender_requests_total{code="200",verb="bind"}') == 2
+        log = (tmp_path / "extender.log").read_text()
+        sent = sorted(set(re.findall(r"bind default/(p\d) to efficient failed", log)))
+        assert sent == ["p0", "p3"], log[-3000:]
+    finally:
+        stop(proc)
+        api.close()
+
+
+def metric(port: int, series: str, default: float | None = None) -> float:
+    """The value of ``series`` (a name and its labels as exposed) in the extender's /metrics
+    (each read is a connection); ``default`` when it is not there."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     conn.close()
-    match = re.search(rf"^{name} (\S+)$", text, re.M)
+    match = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+    if match is None and default is not None:
+        return default
     assert match, text
     return float(match.group(1))
 
