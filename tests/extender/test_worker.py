@@ -323,30 +323,45 @@ def bind_request(pod: str) -> bytes:
     return b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
 
+class HeldApiServer:
+    """An API server that holds every connection until released, then closes each (the
+    binder's error comes at once): a binding waits on it as long as a test needs."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.held: list[socket.socket] = []
+        self.released = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                s, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.released.is_set():
+                s.close()
+            else:
+                self.held.append(s)
+
+    def release(self) -> None:
+        self.released.set()
+        for s in self.held:
+            s.close()
+
+    def close(self) -> None:
+        self.release()
+        self.listener.close()
+
+
 def test_a_bind_whose_client_hung_up_while_it_waited_for_a_thread_is_not_sent(tmp_path: Path) -> None:
     # kube-scheduler closes the connection when its httpTimeout passes and goes on without the
     # answer: ignorable, it binds the pod itself; not, it schedules the pod again. A bind still
     # queued for a thread then is not sent to the API server (it would land after kube-scheduler
     # let the node go), and is counted as code 499; a bind whose client still waits is sent.
-    # The API server here holds every connection until released, then closes it: the one
-    # bind thread is taken by p0 while p1 and p2 are queued and their clients hang up.
-    api = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    released = threading.Event()
-
-    def api_server() -> None:
-        while True:
-            try:
-                s, _ = api.accept()
-            except OSError:
-                return
-            if released.is_set():
-                s.close()
-            else:
-                held.append(s)
-
-    threading.Thread(target=api_server, daemon=True).start()
-    kubeconfig = api_kubeconfig(tmp_path, api.getsockname()[1])
+    # The one bind thread is taken by p0 while p1 and p2 are queued and their clients hang up.
+    api = HeldApiServer()
+    kubeconfig = api_kubeconfig(tmp_path, api.listener.getsockname()[1])
     proc, port = start(tmp_path, {"workers": 1, "threads": 1}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 1, "wait_seconds": 0})
     try:
         clients = {}
@@ -357,14 +372,12 @@ def test_a_bind_whose_client_hung_up_while_it_waited_for_a_thread_is_not_sent(tm
                 deadline = time.monotonic() + 5
                 while metric(port, "joulesched_extender_binds_in_flight") < 1 and time.monotonic() < deadline:
                     time.sleep(0.02)
-                assert held, "p0's binding never reached the API server"
+                assert api.held, "p0's binding never reached the API server"
         time.sleep(0.3)  # p1, p2 and p3 read and queued behind p0
         clients.pop("p1").close()
         clients.pop("p2").close()
         time.sleep(0.1)
-        released.set()
-        for s in held:
-            s.close()
+        api.release()
         for pod, s in clients.items():
             got = b""
             while not got.endswith(b"}"):
@@ -469,3 +482,42 @@ def test_bodies_past_two_max_request_bytes_at_once_get_503(tmp_path: Path) -> No
         first.close()
     finally:
         stop(proc)
+
+
+def test_a_body_handed_on_with_its_connection_leaves_the_budget_at_the_hand_over(tmp_path: Path) -> None:
+    # A prioritize of max_request_bytes, and the pod's bind right after it on the same
+    # connection: the decision's thread reads the bind and hands the connection to the bind
+    # threads, where the binding waits on an API server that never answers. The prioritize's
+    # body is answered: it leaves the worker's budget (2 x max_request_bytes) at the hand-over,
+    # not when the bind ends, so another client's request of max_request_bytes is read.
+    api = HeldApiServer()
+    kubeconfig = api_kubeconfig(tmp_path, api.listener.getsockname()[1])
+    proc, port = start(
+        tmp_path, {"workers": 1, "threads": 1}, max_request_bytes=1024, kubeconfig=kubeconfig,
+        bind={"enabled": True, "threads": 1, "wait_seconds": 0},
+    )
+    body = BODY + b" " * (1024 - len(BODY))  # JSON with trailing blanks: exactly the limit
+    full = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n" + body
+    try:
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as first:
+                first.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                first.sendall(full)
+                got = b""
+                while b"efficient" not in got:
+                    got += first.recv(65536)
+                first.sendall(BIND)  # at once: the decision's thread is still waiting for it
+                deadline = time.monotonic() + 3
+                while metric(port, "joulesched_extender_binds_in_flight") < 1 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                assert metric(port, "joulesched_extender_binds_in_flight") == 1
+                reply = raw(port, full.replace(b"Host: x", b"Host: x\r\nConnection: close"))
+                assert reply.startswith(b"HTTP/1.1 200 ") and b"efficient" in reply, reply[:300]
+            api.release()  # the binding fails at once: the bind thread is free for the next round
+            while metric(port, "joulesched_extender_binds_in_flight") > 0:
+                time.sleep(0.02)
+            api.released.clear()
+    finally:
+        stop(proc)
+        api.close()
+
