@@ -258,6 +258,8 @@ class VerbEndpoint:
                 self.ext.bind(bytes(body), send=False)
             except (WireError, PolicyError):
                 pass  # a bind nobody waits for, and malformed: nothing to record
+            except Exception:  # nobody to answer: logged, never lost in the worker's future
+                log.exception("recording the placement of an abandoned bind")
 
     def serve(self, verb: str, length: int | None, read: Callable[[int], bytes]) -> tuple[int, bytes]:
         """:meth:`__call__`, and a JSON 500 for anything that escapes it (reading the body, counting)."""

@@ -231,7 +231,7 @@ class Extender:
         scores = d.evaluation.scores
         self._decided(d)
         self._remember_top_choice(d)
-        return wire.encode_host_priority_list(args.node_names, scores.tolist())
+        return wire.encode_host_priority_list(args.node_names, scores)
 
     def explain(self, body: bytes) -> dict[str, Any]:
         args = wire.parse_extender_args(body, self.server_id_label)

@@ -33,8 +33,10 @@ import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import orjson
 
 from joulesched.extender.errors import WireError
@@ -413,24 +415,27 @@ def host_priority_list(names: list[str], scores: list[int]) -> list[dict[str, An
 _BETWEEN = tuple(b'","Score":%d},{"Host":"' % score for score in range(101))
 
 
-def encode_host_priority_list(names: list[str], scores: list[int]) -> Encoded:
+def encode_host_priority_list(names: list[str], scores: np.ndarray | Sequence[int]) -> Encoded:
     """``orjson.dumps(host_priority_list(names, scores))``, without a dict a candidate.
 
     The names are escaped by orjson in one call and cut apart where one string ends and the
     next begins, and the scores go in between (docs/benchmarks.md, "Fewer Python objects a
-    decision"). Where no name holds a quote (no ``\\"`` in the escaped array: a Kubernetes
-    node name never does), ``","`` occurs only between two strings; otherwise — a name ending
-    in ``",`` would be cut inside — the list of dicts is encoded instead.
+    decision"). Where no escaped name holds a backslash, none holds a quote (a Kubernetes node
+    name never does), so ``","`` occurs only between two strings; otherwise — a name ending in
+    ``",`` would be cut inside — the list of dicts is encoded instead, as it is for fewer than
+    three candidates.
     """
-    if len(names) != len(scores):
-        raise ValueError(f"{len(names)} candidates but {len(scores)} scores")
+    values = np.asarray(scores)
+    if len(names) != len(values):
+        raise ValueError(f"{len(names)} candidates but {len(values)} scores")
     escaped = orjson.dumps(names)
-    if not names or min(scores) < 0 or max(scores) >= len(_BETWEEN) or b'\\"' in escaped:
-        return Encoded(orjson.dumps(host_priority_list(names, scores)))
+    if len(names) < 3 or values.min() < 0 or values.max() >= len(_BETWEEN) or b"\\" in escaped:
+        return Encoded(orjson.dumps(host_priority_list(names, values.tolist())))
+    listed = values.tolist()
     chunks = [b""] * (2 * len(names) - 1)
     chunks[0::2] = escaped[2:-2].split(b'","')
-    chunks[1::2] = list(map(_BETWEEN.__getitem__, scores[:-1]))
-    return Encoded(b'[{"Host":"%b","Score":%d}]' % (b"".join(chunks), scores[-1]))
+    chunks[1::2] = itemgetter(*listed[:-1])(_BETWEEN)  # (a tuple: two scores at least)
+    return Encoded(b'[{"Host":"%b","Score":%d}]' % (b"".join(chunks), listed[-1]))
 
 
 @dataclass(frozen=True)

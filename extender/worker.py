@@ -604,20 +604,22 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
 
 
 _OPEN_PATHS = (b"/healthz", b"/readyz", b"/metrics")
-_HUNG_UP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
+_RDHUP = getattr(select, "POLLRDHUP", 0)  # Linux; elsewhere a reset or error only
+_HUNG_UP = _RDHUP | select.POLLHUP | select.POLLERR
 
 
 def _hung_up(sock: socket.socket) -> bool:
     """Whether the client has closed (or reset) the connection, whatever it sent before.
 
     ``POLLRDHUP``: the peer's FIN has arrived, read or not, on TLS sockets too (a TLS close
-    leaves an alert in the buffer, so an empty read would not tell). A client that half-closes
-    after its request and still waits for the answer counts as gone, as nginx counts it
-    (499); kube-scheduler's Go client never half-closes: it closes when it gives up.
+    leaves an alert in the buffer, so an empty read would not tell); ``POLLHUP``/``POLLERR``:
+    reset or broken. A client that half-closes after its request and still waits for the
+    answer counts as gone, as nginx counts it (499); kube-scheduler's Go client never
+    half-closes: it closes when it gives up.
     """
     try:
         poll = select.poll()
-        poll.register(sock, select.POLLRDHUP)
+        poll.register(sock, _RDHUP)
         return any(events & _HUNG_UP for _, events in poll.poll(0))
     except (OSError, ValueError):  # (a closed socket's fileno is -1)
         return True

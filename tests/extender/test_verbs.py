@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import orjson
 import pytest
 from flask.testing import FlaskClient
@@ -63,12 +64,14 @@ def test_prioritize_wire_bytes_are_orjsons_whatever_the_names_and_scores() -> No
         *[(fuzz[i : i + 3], [1, 2, 3][: len(fuzz[i : i + 3])]) for i in range(0, 3000, 3)],
         (odd, [3, 0, 10, 5, 1, 2, 9, 4, 7]),
         (["only"], [10]),
+        (["a", "b"], [3, 7]),
+        (["a", "b", "c"], np.array([3, 7, 0])),  # as prioritize passes them
         ([], []),
         ([f"node-{i:05d}" for i in range(1000)], [i % 11 for i in range(1000)]),
         (["a", "b"], [-1, 5]),  # outside any reply's scores: encoded the plain way, the same bytes
         (["a", "b"], [5, 1000]),
     ]:
-        assert wire.encode_host_priority_list(names, scores) == orjson.dumps(wire.host_priority_list(names, scores))
+        assert wire.encode_host_priority_list(names, scores) == orjson.dumps(wire.host_priority_list(names, np.asarray(scores).tolist()))
     with pytest.raises(ValueError, match="2 candidates but 1 scores"):
         wire.encode_host_priority_list(["a", "b"], [1])
 
