@@ -44,6 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from joulesched.policy.config import FILTER_KEEPS as FILTER_KEEPS_CHOICES  # noqa: E402
+from joulesched.policy.config import PolicyConfig  # noqa: E402
 from joulesched.sim.bound import bound_for_runs  # noqa: E402
 from joulesched.sim.cluster import ClusterSpec, load_cluster, parse_cluster  # noqa: E402
 from joulesched.sim.demo import EXAMPLE_CLUSTER  # noqa: E402
@@ -169,11 +171,15 @@ def with_autoscaler(cluster: ClusterSpec, on: bool) -> ClusterSpec:
 
 
 EXTENDER_WEIGHT = DEFAULT_EXTENDER_WEIGHT  # --extender-weight
+FILTER_KEEPS = "all"  # --filter-keeps
 
 
 def run_case(cluster: ClusterSpec, workload: Workload, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
-    opts = RunOptions(policies=ALL_POLICIES, seed=seed, record_timeseries=False, extender_weight=EXTENDER_WEIGHT)
+    opts = RunOptions(
+        policies=ALL_POLICIES, seed=seed, record_timeseries=False, extender_weight=EXTENDER_WEIGHT,
+        policy=PolicyConfig(filter_keeps=FILTER_KEEPS),
+    )
     runs = run_policies(cluster, workload, opts)
     cmp = comparison(runs)
     bound = bound_for_runs(cluster, workload, runs, seed=seed)
@@ -324,11 +330,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--openb-every", type=int, default=None, help="keep every N-th openb pod and 1/N of the nodes (10; quick: 40)")
     ap.add_argument("--load-pods", type=int, default=None, help="synthetic pods per load level (4,000; quick: 1,500)")
     ap.add_argument("--extender-weight", type=int, default=DEFAULT_EXTENDER_WEIGHT, help="the extender's weight in kube-scheduler (default: deploy/'s)")
+    ap.add_argument("--filter-keeps", choices=FILTER_KEEPS_CHOICES, default="all", help="policy.filter_keeps of the extender (default: all, deploy/'s)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "policy-targets.json")
     ap.add_argument("--write-openb-cluster", type=Path, default=None, help="write the scaled openb cluster spec and exit")
     args = ap.parse_args(argv)
-    global EXTENDER_WEIGHT
+    global EXTENDER_WEIGHT, FILTER_KEEPS
     EXTENDER_WEIGHT = args.extender_weight
+    FILTER_KEEPS = args.filter_keeps
     copies = args.copies or (1 if args.quick else 4)
     every = args.openb_every or (40 if args.quick else 10)
     load_pods = args.load_pods or (1500 if args.quick else 4000)

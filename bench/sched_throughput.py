@@ -21,6 +21,11 @@ Contenders, interleaved round by round (A B C D A B C D ...):
 * ``const-full``: the constant-score extender with ``nodeCacheCapable: false``: it echoes the
   Node objects kube-scheduler sent without decoding them (the floor of full-Node mode);
 * ``full``: joulesched's extender, ``nodeCacheCapable: false`` (full Node objects);
+* ``choose``: joulesched with ``policy.filter_keeps: best`` and only deploy/'s filterVerb:
+  filter keeps the one node it ranks first, kube-scheduler places the pod there without
+  scoring and binds it itself (docs/extender.md, "Choosing the node");
+* ``choose-bind``: the same with deploy/'s bindVerb too (no prioritize): the extender writes
+  the bindings, outside kube-scheduler's client-side API rate;
 * ``watch``: names mode without the bind verb (kube-scheduler binds; the extender learns
   placements from its top choices and the pod watch only), what was shipped before the bind
   verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
@@ -95,11 +100,11 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "watch")
+CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "watch", "choose", "choose-bind")
 # What each contender is compared with: the constant-score extender, and for one that binds
 # (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
-BINDERS = ("names", "full")
+BINDERS = ("names", "full", "choose-bind")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 SCHEDULED = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -325,8 +330,10 @@ def run_burst(
         entry = deploy_extender_entry(url, nodeCacheCapable=contender not in ("full", "const-full"))
         if contender in ("const", "const-full", "const-bind"):
             entry.pop("preemptVerb", None)
-        if contender in ("const", "const-full", "watch"):
+        if contender in ("const", "const-full", "watch", "choose"):
             entry.pop("bindVerb", None)
+        if contender in ("choose", "choose-bind"):
+            entry.pop("prioritizeVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
     binds = contender in BINDERS and entry is not None and "bindVerb" in entry
@@ -406,6 +413,15 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
             make_nodes(cp, names, selector)
             print(f"# {n} nodes created in {time.monotonic() - t0:.0f} s", flush=True)
             ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set)
+            chooses = {"choose", "choose-bind"} & set(args.contenders)
+            best = (
+                joulesched_extender(
+                    work / f"ext-best-{n}", cp, names, lambda i: "clean", name="joulesched-best",
+                    settings=[*args.set, "policy.filter_keeps=best"],
+                )
+                if chooses
+                else None
+            )
             try:
                 for qps in args.qps:
                     for pct in args.pct:
@@ -419,6 +435,8 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                     "names": (ext.url, ext.pid),
                                     "full": (ext.url, ext.pid),
                                     "watch": (ext.url, ext.pid),
+                                    "choose": (best.url, best.pid) if best else (None, None),
+                                    "choose-bind": (best.url, best.pid) if best else (None, None),
                                 }[contender]
                                 b = run_burst(
                                     cp,
@@ -437,6 +455,8 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                 print(json.dumps(asdict(b)), flush=True)
             finally:
                 ext.stop()
+                if best is not None:
+                    best.stop()
                 delete_nodes(cp, names)
     finally:
         const.stop()

@@ -258,6 +258,12 @@ class Unbound:
     dropped, so it delays one decision at most, and nothing waits again until the next bind
     arrives (a scheduler whose config no longer names the bind verb costs one wait).
 
+    The wait also holds kube-scheduler to the pace of the bindings. With ``filter_keeps: best``
+    the ledger knows each pod's node from its filter, but without the wait kube-scheduler,
+    which then skips scoring, sent binds faster than the API server took them: they queued past
+    its httpTimeout, kube-scheduler bound those pods itself, got 409 and counted them failed
+    (881 of 1,000 pods counted in 60 s; docs/benchmarks.md, "Choosing the node").
+
     Without the bind verb there is nothing to wait for (the pod watch learns a binding only
     after kube-scheduler's rate-limited API write, a burst later), and nothing waits. Both are
     kept per scheduler (the pod's ``spec.schedulerName``): a scheduler that binds by itself,

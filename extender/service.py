@@ -216,9 +216,11 @@ class Extender:
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         failed = d.evaluation.failed
-        passed = np.flatnonzero(~failed).tolist()
+        passed = np.flatnonzero(d.evaluation.kept(self.policy)).tolist()
         if passed:
             self._decided(d)
+        if len(passed) == 1:  # kube-scheduler places the pod there, without asking prioritize
+            self._remember_choice(d, passed[0])
         unresolvable = {
             args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed).tolist()
         }
@@ -230,7 +232,9 @@ class Extender:
         d = self.decide(args)
         scores = d.evaluation.scores
         self._decided(d)
-        self._remember_top_choice(d)
+        top = d.evaluation.best()
+        if top is not None:
+            self._remember_choice(d, top)
         return wire.encode_host_priority_list(args.node_names, scores)
 
     def explain(self, body: bytes) -> dict[str, Any]:
@@ -284,15 +288,16 @@ class Extender:
         pod = d.args.pod
         self.unbound.decided(wire.pod_identity(pod)[2], d.demand.cpu_cores, float(d.demand.gpus), wire.scheduler_name(pod))
 
-    def _remember_top_choice(self, d: Decision) -> None:
-        scores = d.evaluation.scores
-        if not len(scores):
-            return
-        uid = wire.pod_identity(d.args.pod)[2]
-        top = int(np.argmax(np.where(d.evaluation.fresh, scores, -1)))
-        if d.evaluation.fresh[top]:
+    def _remember_choice(self, d: Decision, position: int) -> None:
+        """The node at ``position`` as where the pod goes, until its binding says (unconfirmed).
+
+        A node without fresh measurements is not recorded: the ledger's load is what moves
+        measured nodes' costs.
+        """
+        if d.evaluation.fresh[position]:
+            uid = wire.pod_identity(d.args.pod)[2]
             self.predicted.record(
-                uid, d.args.node_names[top], d.demand.cpu_cores, float(d.demand.gpus), d.at, confirmed=False
+                uid, d.args.node_names[position], d.demand.cpu_cores, float(d.demand.gpus), d.at, confirmed=False
             )
 
 

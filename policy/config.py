@@ -16,6 +16,7 @@ from joulesched.policy.validate import Checker, read_settings, setting
 
 STRATEGIES = ("energy", "carbon")
 SCORE_SCALES = ("cluster", "request")
+FILTER_KEEPS = ("all", "best")
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1: MaxExtenderPriority
 
 
@@ -46,6 +47,13 @@ class PolicyConfig:
     )
     reserve_gpu_nodes: bool = setting(
         True, "score 0 a GPU node for a CPU-only pod while a node without GPUs in the request has room"
+    )
+    filter_keeps: str = setting(
+        "all",
+        "the nodes filter keeps: all that the power cap passes, for prioritize to score and kube-scheduler to weigh with"
+        " its own plugins; or best, only the node prioritize would rank first among those with fresh measurements,"
+        " where kube-scheduler then places the pod without scoring (docs/extender.md, Choosing the node)",
+        choices=FILTER_KEEPS,
     )
     power_cap_enabled: bool = setting(True, "fail nodes the pod would push past their power cap", key="power_cap.enabled")
     power_cap_headroom: float = setting(

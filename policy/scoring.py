@@ -71,6 +71,29 @@ class Evaluation:
             return f"power cap: projected {self.projected_watts[i]:.0f} W would exceed the cap less {cfg.power_cap_headroom:.0%} headroom"
         return ""
 
+    def best(self) -> int | None:
+        """The position of the node prioritize ranks first, among those with fresh measurements
+        that the power cap passes: the highest score, then the lowest cost, then the first
+        listed. None when there is no such node (the policy then has no preference)."""
+        ok = self.fresh & ~self.failed
+        if not ok.any():
+            return None
+        top = np.flatnonzero(ok & (self.scores == self.scores[ok].max()))
+        cost = self.cost[top]
+        return int(top[np.argmin(np.where(np.isnan(cost), np.inf, cost))])
+
+    def kept(self, cfg: PolicyConfig) -> np.ndarray:
+        """The nodes filter keeps (a mask): every node the power cap passes, or with
+        ``filter_keeps: best`` only :meth:`best`, when there is one. Left with one feasible
+        node, kube-scheduler places the pod there without scoring, so the node chosen here is
+        where the pod goes, unless a later step of kube-scheduler's (Reserve, Permit, the
+        binding) fails it."""
+        keep: np.ndarray = ~self.failed
+        if cfg.filter_keeps == "best" and (best := self.best()) is not None:
+            keep = np.zeros(len(keep), dtype=bool)
+            keep[best] = True
+        return keep
+
     def passed(self) -> tuple[np.ndarray, Evaluation]:
         """The nodes the power-cap filter passes (their positions), and the evaluation over them alone.
 

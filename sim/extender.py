@@ -158,7 +158,7 @@ class InProcessExtender:
     ) -> tuple[np.ndarray, np.ndarray]:
         self.calls += 1
         ev = evaluate(self._arrays_for(view), candidates, demand_of(pod), self.policy, now)
-        return ~ev.failed, ev.scores
+        return ev.kept(self.policy), ev.scores
 
     def close(self) -> None:
         return None

@@ -61,7 +61,7 @@ VALUES_FILES: dict[str, dict[str, Any]] = {
         "dashboard": {"labelKey": "grafana.io/dashboard", "labelValue": "energy"},
         "rules": {"configMap": {"enabled": False}},
         "deferrer": {"webhook": {"enabled": False}},
-        "extender": {"config": {"bind": {"enabled": False}}},
+        "extender": {"config": {"bind": {"enabled": False}, "policy": {"filter_keeps": "best"}}},
     },
 }
 
@@ -290,6 +290,8 @@ def test_agent_off_and_custom_labels(helm, tmp_path):
     assert not [r for r in rules if "pods/binding" in r["resources"]], rules
     sched = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-scheduler-config")]["data"]["scheduler-config.yaml"])
     assert "bindVerb" not in sched["extenders"][0], sched["extenders"]
+    # filter keeps the best node: kube-scheduler never asks prioritize, and is not told to
+    assert "prioritizeVerb" not in sched["extenders"][0] and sched["extenders"][0]["filterVerb"] == "filter"
 
 
 @pytest.mark.parametrize("kube_version,tag", [("v1.37.2", "v1.37.2"), ("v1.36.0", "v1.36.0"),

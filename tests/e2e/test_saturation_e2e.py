@@ -21,6 +21,11 @@ pod watch, 79 were on another node than the extender's top choice (kube-schedule
 among equal scores by its own plugins), and the watch saw each binding 0.29 s (median) after
 the choice, 20-40 pods later, because kube-scheduler's own binding writes are held to its
 ``clientConnection.qps`` (50).
+
+With ``policy.filter_keeps: best`` filter keeps only the node the extender ranks first, and
+kube-scheduler, left with one feasible node, places the pod there without calling prioritize:
+the ledger records that node as the filter answers, and no other verb is needed
+(docs/extender.md, "Choosing the node"). The same burst, with only filterVerb registered.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import collections
 import uuid
 
+import pytest
 from e2e_extender import EFFICIENT_CURVE, deploy_extender_config, deploy_scheduler_for, node_profile, wait_all_bound
 
 NODES = 100
@@ -39,7 +45,8 @@ def base_utilisation(i: int) -> float:
     return 0.20 + 0.05 * (i % 10)
 
 
-def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace):
+@pytest.mark.parametrize("keeps", ["all", "best"], ids=["filter-keeps-all", "filter-keeps-best"])
+def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace, keeps):
     cp = control_plane
     tag = uuid.uuid4().hex[:6]
     selector = {"e2e-test": f"sat-{tag}"}
@@ -51,7 +58,9 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
             for i, n in enumerate(names)
         ],
     }
-    ext = extender_factory(profiles, deploy_extender_config(cp.kubeconfig))
+    config = deploy_extender_config(cp.kubeconfig)
+    config["policy"] = {**config["policy"], "filter_keeps": keeps}
+    ext = extender_factory(profiles, config)
     for n in names:
         cp.create_node(n, cpu=str(CORES), memory="64Gi", pods=110, labels=selector)
     name = f"sat-{tag}"
@@ -59,7 +68,11 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
     try:
         for p in pods:
             cp.create_pod(p, e2e_namespace, scheduler_name=name, cpu="1", memory="128Mi", node_selector=selector)
-        scheduler_factory(deploy_scheduler_for(name, ext.url), name=name)
+        scheduler = deploy_scheduler_for(name, ext.url)
+        if keeps == "best":  # filter alone: kube-scheduler places each pod where it keeps one node, and binds it
+            for verb in ("prioritizeVerb", "bindVerb"):
+                del scheduler["extenders"][0][verb]
+        scheduler_factory(scheduler, name=name)
         placed = wait_all_bound(cp, e2e_namespace, pods, timeout=60)
     finally:
         cp.delete_all_pods(e2e_namespace)
@@ -75,3 +88,6 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
     )
     assert ext.failures() == 0, ext.samples()
     assert not over, f"{len(over)} nodes past their cores: {over}"
+    if keeps == "best":
+        assert ext.requests("filter", "200") >= PODS
+        assert ext.requests("prioritize") == 0 and ext.requests("bind") == 0, ext.samples()

@@ -7,11 +7,12 @@ import random
 import numpy as np
 import orjson
 import pytest
+import yaml
 from flask.testing import FlaskClient
 from prometheus_client import generate_latest
 
 from joulesched.extender import wire
-from tests.extender.support import Clock, make_node, make_pod, post
+from tests.extender.support import CURVE, Clock, make_node, make_pod, post
 
 NAMES = ["efficient", "hungry", "capped", "stranger"]
 
@@ -187,6 +188,41 @@ def test_bind_records_the_placement_before_the_api_call(make_app) -> None:  # ty
     assert bind(c, "a", "hungry") == (200, {"Error": ""})
     (placed,) = seen
     assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
+
+
+def test_filter_keeping_the_best_node_spreads_a_burst_by_its_own_choices(make_app, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # policy.filter_keeps: best. filter answers one node, where kube-scheduler then places the
+    # pod without calling prioritize, so the ledger records it at once and the next pod's
+    # filter counts it. Six 3-core pods on three empty 8-core nodes: a node's second pod costs
+    # less than an empty node's first (its curve's steep first 10 % paid already), a third
+    # would take it past its cores. Without the record all six would go to n0.
+    path = tmp_path / "burst.yaml"
+    path.write_text(yaml.safe_dump({"nodes": [{"name": f"n{i}", "cores": 8, "power_curve_watts": CURVE, "utilisation": 0.0} for i in range(3)]}))
+    app, _ = make_app({"profiles": {"file": {"path": str(path)}}, "policy": {"filter_keeps": "best"}})
+    ext = app.extensions["joulesched"]["extender"]
+    c = app.test_client()
+    chosen = []
+    for i in range(6):
+        status, reply = post(c, "filter", args("names", ["n0", "n1", "n2"], make_pod("3", uid=f"u{i}", name=f"p{i}")))
+        assert status == 200 and len(reply["NodeNames"]) == 1 and not reply["FailedAndUnresolvableNodes"], reply
+        chosen.append(reply["NodeNames"][0])
+        placed = ext.predicted.placement(f"u{i}")
+        assert placed is not None and (placed.node, placed.cores, placed.confirmed) == (chosen[-1], 3.0, False)
+    assert chosen == ["n0", "n0", "n1", "n1", "n2", "n2"]
+
+
+def test_a_filter_that_leaves_one_node_records_it_as_the_pods_place(make_app) -> None:  # type: ignore[no-untyped-def]
+    # With one feasible node kube-scheduler does not ask prioritize: the filter's answer is
+    # where the pod goes (filter_keeps: all, one candidate under its cap).
+    app, _ = make_app()
+    ext = app.extensions["joulesched"]["extender"]
+    c = app.test_client()
+    status, reply = post(c, "filter", args("names", ["efficient", "capped"], make_pod("8", uid="one", name="one")))
+    assert status == 200 and reply["NodeNames"] == ["efficient"] and list(reply["FailedAndUnresolvableNodes"]) == ["capped"]
+    placed = ext.predicted.placement("one")
+    assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("efficient", 8.0, False)
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("8", uid="two", name="two")))
+    assert ext.predicted.placement("two") is None  # two passed: prioritize's top choice will say
 
 
 def test_a_request_abandoned_by_its_client_is_counted_and_a_binds_placement_kept_unsent(make_app) -> None:  # type: ignore[no-untyped-def]
@@ -429,3 +465,4 @@ def test_a_decision_that_waited_for_a_binding_is_counted_with_the_seconds_it_wai
              if line.startswith("joulesched_extender_bind_wait")}
     assert waits['joulesched_extender_bind_waits_total{outcome="deadline"}'] == 1.0
     assert 0.25 < waits['joulesched_extender_bind_wait_seconds_total{outcome="deadline"}'] < 2.0
+

@@ -322,6 +322,25 @@ def test_gpu_pods_go_where_the_work_costs_least_not_where_the_watts_are_fewest()
     assert list(ev.scores) == [0, 10]
 
 
+def random_cluster(rng: np.random.Generator, min_nodes: int, stale: float) -> tuple[list[NodeProfile], np.ndarray, PodDemand]:
+    """Up to 11 nodes with power caps, GPUs and stale measurements (a share ``stale`` of them,
+    at now=1000 with max_age 120), listed with unknown names in a random order; a pod of 1, 8
+    or 24 cores, a GPU one time in five."""
+    gpu = GpuProfile(count=4, idle_watts=50.0, max_watts=400.0)
+    nodes = []
+    for i in range(int(rng.integers(min_nodes, 12))):
+        kw: dict[str, object] = {"utilisation": float(rng.uniform(0, 1)), "carbon_intensity": float(rng.uniform(20, 800))}
+        if rng.random() < 0.4:
+            kw.update(measured_watts=float(rng.uniform(100, 300)), power_cap_watts=float(rng.uniform(150, 320)))
+        if rng.random() < 0.2:
+            kw["gpus"] = gpu
+        if rng.random() < stale:
+            kw["updated"] = 0.0
+        nodes.append(node(f"n{i}", EPYC if rng.random() < 0.5 else XEON, **kw))
+    rows = rng.permutation(np.concatenate([np.arange(len(nodes)), np.full(int(rng.integers(0, 3)), -1)]))
+    return nodes, rows, PodDemand(float(rng.choice([1.0, 8.0, 24.0])), gpus=int(rng.random() < 0.2))
+
+
 @pytest.mark.parametrize("scale", ["request", "cluster"])
 @pytest.mark.parametrize("seed", range(40))
 def test_the_evaluation_over_the_nodes_a_filter_passed_is_the_filters_over_them(seed: int, scale: str) -> None:
@@ -329,20 +348,8 @@ def test_the_evaluation_over_the_nodes_a_filter_passed_is_the_filters_over_them(
     # evaluating the pod over the passed nodes alone gives, field by field. Random clusters with
     # power caps, nodes the pod saturates, GPU nodes, unknown and stale nodes.
     rng = np.random.default_rng(seed)
-    gpu = GpuProfile(count=4, idle_watts=50.0, max_watts=400.0)
-    nodes = []
-    for i in range(int(rng.integers(2, 12))):
-        kw: dict[str, object] = {"utilisation": float(rng.uniform(0, 1)), "carbon_intensity": float(rng.uniform(20, 800))}
-        if rng.random() < 0.4:
-            kw.update(measured_watts=float(rng.uniform(100, 300)), power_cap_watts=float(rng.uniform(150, 320)))
-        if rng.random() < 0.2:
-            kw["gpus"] = gpu
-        if rng.random() < 0.2:
-            kw["updated"] = 0.0  # stale at now=1000 with max_age 120
-        nodes.append(node(f"n{i}", EPYC if rng.random() < 0.5 else XEON, **kw))
+    nodes, rows, pod = random_cluster(rng, min_nodes=2, stale=0.2)
     arrays = NodeArrays.build(nodes)
-    rows = rng.permutation(np.concatenate([np.arange(len(nodes)), np.full(int(rng.integers(0, 3)), -1)]))
-    pod = PodDemand(float(rng.choice([1.0, 8.0, 24.0])), gpus=int(rng.random() < 0.2))
     cfg = PolicyConfig(strategy="carbon", score_scale=scale)  # type: ignore[arg-type]
     full = evaluate(arrays, rows, pod, cfg, 1000.0)
     keep, passed = full.passed()
@@ -351,3 +358,49 @@ def test_the_evaluation_over_the_nodes_a_filter_passed_is_the_filters_over_them(
     for f in fields(alone):
         np.testing.assert_array_equal(getattr(passed, f.name), getattr(alone, f.name), err_msg=f.name)
     assert (passed is full) == (not full.failed.any())
+
+
+def test_the_best_node_is_the_top_score_then_the_lowest_cost_among_fresh_nodes_the_cap_passes() -> None:
+    # The cheapest node fails its power cap and a stale one scores neutral: neither is chosen.
+    # "busy" and "quiet" both score 10 (2 cores cost 4.16 and 4.06 W: within a twentieth of
+    # the band); "quiet", listed later, costs less and is the one.
+    nodes = [
+        node("capped", utilisation=0.9, measured_watts=255.0, power_cap_watts=265.0),
+        node("stale", updated=0.0),
+        node("xeon", XEON, utilisation=0.85, cores=80.0),
+        node("busy", utilisation=0.29),
+        node("quiet", utilisation=0.31),
+    ]
+    ev = run(nodes, PodDemand(2.0), PolicyConfig(max_age_seconds=120))
+    assert ev.failed.tolist() == [True, False, False, False, False]
+    assert ev.fresh.tolist() == [True, False, True, True, True]
+    assert ev.scores[3] == ev.scores[4] == 10 and ev.cost[4] < ev.cost[3]
+    assert ev.best() == 4
+    assert ev.kept(PolicyConfig()).tolist() == [False, True, True, True, True]
+    assert ev.kept(PolicyConfig(filter_keeps="best")).tolist() == [False, False, False, False, True]
+    # Nothing fresh that the cap passes: no preference, filter keeps what the cap passes.
+    blind = run([node("s1", updated=0.0), node("capped", utilisation=0.9, measured_watts=255.0, power_cap_watts=265.0)],
+                PodDemand(2.0), PolicyConfig(max_age_seconds=120))
+    assert blind.best() is None
+    assert blind.kept(PolicyConfig(filter_keeps="best")).tolist() == [True, False]
+    assert run([], PodDemand(2.0)).best() is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_node_filter_keeps_is_the_one_no_other_fresh_node_outranks(seed: int) -> None:
+    # filter_keeps: best over random clusters (caps, saturating pods, GPU nodes, unknown and
+    # stale nodes): one node kept exactly when a fresh node passes the cap, none outranks it
+    # on (score, cost), and with all it is every node the cap passes.
+    nodes, rows, pod = random_cluster(np.random.default_rng(seed), min_nodes=1, stale=0.3)
+    ev = evaluate(NodeArrays.build(nodes), rows, pod, PolicyConfig(strategy="carbon"), 1000.0)
+    assert ev.kept(PolicyConfig()).tolist() == (~ev.failed).tolist()
+    kept = ev.kept(PolicyConfig(filter_keeps="best"))
+    ok = ev.fresh & ~ev.failed
+    if not ok.any():
+        assert kept.tolist() == (~ev.failed).tolist()
+        return
+    (best,) = np.flatnonzero(kept)
+    assert ok[best]
+    cost = np.where(np.isnan(ev.cost), np.inf, ev.cost)
+    for i in np.flatnonzero(ok):
+        assert (ev.scores[i], -cost[i]) <= (ev.scores[best], -cost[best])

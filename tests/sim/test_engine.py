@@ -249,3 +249,21 @@ def test_a_gpu_pod_lands_only_on_the_gpu_models_it_accepts() -> None:
     lonely = dataclasses.replace(pods[1], name="a100-only", gpu_models=("A100",))
     engine = Engine(cluster, Workload.of([Trace("t", "t", "pod-csv", (lonely,))]), Profile("default", "least"), EngineOptions())
     assert engine.run().pods.node[0] < 0
+
+
+def test_with_filter_keeping_the_best_node_every_pod_goes_where_the_extender_chose() -> None:
+    # filter_keeps: best in the simulator as in the extender (Evaluation.kept): the one node
+    # kept is where kube-scheduler places the pod, whatever its own plugins prefer. A core costs
+    # 12.5 W on the small nodes and 12.75 W on the big one: both score 10, and with
+    # filter_keeps: all LeastAllocated's preference for the big node's free cores decides the
+    # tie; kept to the best, every pod goes to the cheaper small nodes.
+    big = [100 + 81.6 * i for i in range(11)]
+    cl = cluster(node_type("small", 2, cores=8, curve=EFFICIENT), node_type("big", 1, cores=64, curve=big))
+    wl = workload(*[pod(f"p{i}", 500.0, cpu=1, arrival=float(i)) for i in range(8)])
+    placed = {}
+    for keeps in ("all", "best"):
+        ext = InProcessExtender("energy", _document(cl), PolicyConfig(filter_keeps=keeps))
+        _, r = run(cl, wl, Profile("energy", "least", ext, 5))
+        placed[keeps] = [cl.node_types[r.nodes[int(n)].type_index].name for n in r.pods.node]
+    assert placed["all"] == ["big"] * 8
+    assert placed["best"] == ["small"] * 8

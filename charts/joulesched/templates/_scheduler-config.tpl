@@ -30,10 +30,15 @@ profiles:
               - {name: memory, weight: 1}
 extenders:
   - urlPrefix: {{ include "joulesched.extenderURL" . }}
-    filterVerb: filter
-    prioritizeVerb: prioritize
-    preemptVerb: preempt
     {{- $cfg := include "joulesched.extenderConfig" . | fromYaml }}
+    filterVerb: filter
+    {{- if eq (index ($cfg.policy | default dict) "filter_keeps" | default "all") "best" }}
+    # policy.filter_keeps: best: filter keeps one node, and kube-scheduler places the pod there
+    # without scoring or asking prioritize (docs/extender.md, "Choosing the node").
+    {{- else }}
+    prioritizeVerb: prioritize
+    {{- end }}
+    preemptVerb: preempt
     {{- if and $cfg.bind $cfg.bind.enabled }}
     # The extender binds: it knows where each pod went before it answers for the next one
     # (deploy/scheduler/scheduler-config.yaml).
