@@ -51,7 +51,7 @@ class PolicyConfig:
     filter_keeps: str = setting(
         "all",
         "the nodes filter keeps: all that the power cap passes, for prioritize to score and kube-scheduler to weigh with"
-        " its own plugins; or best, only the node prioritize would rank first among those with fresh measurements,"
+        " its own plugins; or best, only the node prioritize would score highest, when it has fresh measurements,"
         " where kube-scheduler then places the pod without scoring (docs/extender.md, Choosing the node)",
         choices=FILTER_KEEPS,
     )

@@ -72,13 +72,21 @@ class Evaluation:
         return ""
 
     def best(self) -> int | None:
-        """The position of the node prioritize ranks first, among those with fresh measurements
-        that the power cap passes: the highest score, then the lowest cost, then the first
-        listed. None when there is no such node (the policy then has no preference)."""
-        ok = self.fresh & ~self.failed
+        """The position of the node prioritize ranks first, when that node has fresh measurements.
+
+        The highest score among the nodes the power cap passes; among fresh nodes of that score
+        the lowest cost, then the first listed. None when the policy has no such preference: no
+        candidate is fresh, or one without fresh measurements (scored neutral) outranks every
+        fresh one (e.g. a GPU pod on fresh nodes short of GPUs, which score 0).
+        """
+        passing = ~self.failed
+        ok = self.fresh & passing
         if not ok.any():
             return None
-        top = np.flatnonzero(ok & (self.scores == self.scores[ok].max()))
+        top_score = self.scores[ok].max()
+        if (self.scores[passing & ~self.fresh] > top_score).any():
+            return None
+        top = np.flatnonzero(ok & (self.scores == top_score))
         cost = self.cost[top]
         return int(top[np.argmin(np.where(np.isnan(cost), np.inf, cost))])
 

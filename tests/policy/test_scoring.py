@@ -384,23 +384,30 @@ def test_the_best_node_is_the_top_score_then_the_lowest_cost_among_fresh_nodes_t
     assert blind.best() is None
     assert blind.kept(PolicyConfig(filter_keeps="best")).tolist() == [True, False]
     assert run([], PodDemand(2.0)).best() is None
+    # A GPU pod: the fresh nodes have no GPUs (infinite cost, score 0), the unknown one scores
+    # neutral above them: prioritize would rank the unknown node first, so no preference.
+    arrays = NodeArrays.build([node("cpu-a"), node("cpu-b")])
+    gpu_pod = evaluate(arrays, np.array([0, 1, -1]), PodDemand(2.0, gpus=1), PolicyConfig(), 1000.0)
+    assert gpu_pod.scores.tolist() == [0, 0, 5] and gpu_pod.best() is None
+    assert gpu_pod.kept(PolicyConfig(filter_keeps="best")).tolist() == [True, True, True]
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_node_filter_keeps_is_the_one_no_other_fresh_node_outranks(seed: int) -> None:
     # filter_keeps: best over random clusters (caps, saturating pods, GPU nodes, unknown and
-    # stale nodes): one node kept exactly when a fresh node passes the cap, none outranks it
-    # on (score, cost), and with all it is every node the cap passes.
+    # stale nodes): one node kept exactly when a fresh node passes the cap and no node without
+    # fresh measurements outscores it; no candidate the cap passes outranks it on score, no
+    # fresh one on (score, cost); with all it is every node the cap passes.
     nodes, rows, pod = random_cluster(np.random.default_rng(seed), min_nodes=1, stale=0.3)
     ev = evaluate(NodeArrays.build(nodes), rows, pod, PolicyConfig(strategy="carbon"), 1000.0)
     assert ev.kept(PolicyConfig()).tolist() == (~ev.failed).tolist()
     kept = ev.kept(PolicyConfig(filter_keeps="best"))
     ok = ev.fresh & ~ev.failed
-    if not ok.any():
+    if not ok.any() or ev.scores[~ev.failed].max() > ev.scores[ok].max():
         assert kept.tolist() == (~ev.failed).tolist()
         return
     (best,) = np.flatnonzero(kept)
-    assert ok[best]
+    assert ok[best] and ev.scores[best] == ev.scores[~ev.failed].max()
     cost = np.where(np.isnan(ev.cost), np.inf, ev.cost)
     for i in np.flatnonzero(ok):
         assert (ev.scores[i], -cost[i]) <= (ev.scores[best], -cost[best])
