@@ -15,7 +15,7 @@ utilisation, plus its GPUs) is constant: energy is integrated exactly, and carbo
 PUE × the exact integral of the site's intensity series.
 
 Deterministic for a seed: the only randomness is the tie-break and the autoscaler's
-``random`` expander, both drawn from one ``numpy.random.Generator``.
+``random`` expander, each drawn from a ``numpy.random.Generator`` of its own.
 """
 
 from __future__ import annotations
@@ -106,7 +106,11 @@ class Engine:
         self.workload = workload
         self.profile = profile
         self.opt = options or EngineOptions()
-        self.rng = np.random.default_rng(self.opt.seed)
+        # Two streams: kube-scheduler's tie-breaks and cluster-autoscaler's expander. One shared
+        # stream let a policy that breaks fewer ties (one node kept by filter) change which node
+        # type the autoscaler boots later, which is no effect of the policy.
+        self.tiebreak_rng = np.random.default_rng(self.opt.seed)
+        self.expander_rng = np.random.default_rng([self.opt.seed, 1])
         self.nodes = cluster.nodes()
         self._init_nodes()
         self._init_pods(workload.pods)
@@ -328,7 +332,7 @@ class Engine:
         if len(cand) == 1:
             node = int(cand[0])
         else:
-            node = int(cand[kube.select_host(self._total_scores(i, cand, ext_scores), self.rng)])
+            node = int(cand[kube.select_host(self._total_scores(i, cand, ext_scores), self.tiebreak_rng)])
         self._start(i, node, t)
         return True
 
@@ -488,7 +492,7 @@ class Engine:
             prio = {name: level for level, names in ranking.items() for name in names}
             top = max(prio[types[ti].name] for ti, _ in fitting)
             best = [item for item in fitting if prio[types[item[0]].name] == top]
-            ti, n = best[int(self.rng.integers(len(best)))] if len(best) > 1 else best[0]
+            ti, n = best[int(self.expander_rng.integers(len(best)))] if len(best) > 1 else best[0]
         elif auto.expander == "least-waste":
 
             def waste(item: tuple[int, int]) -> float:
@@ -497,7 +501,7 @@ class Engine:
 
             ti, n = min(fitting, key=waste)
         else:
-            ti, n = fitting[int(self.rng.integers(len(fitting)))]
+            ti, n = fitting[int(self.expander_rng.integers(len(fitting)))]
         self.state[n] = BOOTING
         self._not_ready += 1
         self._existing_dirty = True

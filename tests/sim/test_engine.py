@@ -213,6 +213,26 @@ def test_the_priority_expander_breaks_ties_at_random_like_cluster_autoscaler() -
     assert chosen == {"twin-a", "twin-b"}
 
 
+def test_the_random_expander_draws_apart_from_the_schedulers_tie_breaks() -> None:
+    # kube-scheduler and cluster-autoscaler are two processes: how many ties the scheduler broke
+    # earlier must not change which type the autoscaler boots later. Four twins, all on at the
+    # start; 0 or 6 early pods each break a four-way tie, the twins scale down, a late pod
+    # makes the one scale-up.
+    auto = {"enabled": True, "scale_down_unneeded_seconds": 10, "scale_up_delay_seconds": 5, "expander": "random"}
+    cl = cluster(*(node_type(f"twin-{k}") for k in "abcd"), autoscaler=auto)
+    late = pod("late", 10.0, arrival=1000.0)
+
+    def booted(early: int, seed: int) -> str:
+        pods = [pod(f"early-{i}", 5.0, arrival=10.0 * i) for i in range(early)]
+        _, r = run(cl, workload(*pods, late), seed=seed)
+        assert r.scale_ups == 1
+        return cl.node_types[r.nodes[int(r.pods.node[early])].type_index].name
+
+    quiet = [booted(0, seed) for seed in range(12)]
+    assert len(set(quiet)) > 1  # the expander does draw
+    assert [booted(6, seed) for seed in range(12)] == quiet
+
+
 def test_a_gpu_pod_lands_only_on_the_gpu_models_it_accepts() -> None:
     import dataclasses
 
