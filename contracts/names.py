@@ -274,6 +274,14 @@ EXT_PREDICTED_PODS = _m(
     "extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured)."
 )
 EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by filter, by reason.", L_REASON)
+EXT_CHOICES = _m(
+    "extender_filter_choices_total",
+    "counter",
+    "Filter answers that kept a node, by who chooses where the pod goes: extender (policy.filter_keeps: best kept "
+    "the one node it ranks first), scheduler (every node the power cap passes kept for kube-scheduler to score: "
+    "filter_keeps: all, or best with no node of fresh measurements ranked first).",
+    "by",
+)
 EXT_BIND_WAITS = _m(
     "extender_bind_waits_total",
     "counter",

@@ -96,6 +96,7 @@ def create_app(
         metrics.bind_wait_seconds.labels(outcome).inc(seconds)
 
     unbound = Unbound(config.bind_wait_seconds if config.bind_enabled else 0.0, on_wait=waited)
+    choices = {by: metrics.choices.labels(by) for by in ("extender", "scheduler")}  # both exported from the start
     ext = Extender(
         source,
         config.policy,
@@ -105,6 +106,7 @@ def create_app(
         server_id_label=config.server_id_label,
         occupancy=occupancy,
         unbound=unbound,
+        on_choice=lambda by: choices[by].inc(),
     )
     max_age = config.policy.max_age_seconds
 

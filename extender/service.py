@@ -67,8 +67,10 @@ class Extender:
         server_id_label: str = SERVER_ID_LABEL,
         occupancy: Occupancy | None = None,
         unbound: Unbound | None = None,
+        on_choice: Callable[[str], None] = lambda by: None,
     ) -> None:
         self.source = source
+        self.on_choice = on_choice  # each filter answer that keeps a node: who chooses (extender | scheduler)
         self.unbound = unbound or Unbound(0.0)
         self.policy = policy
         self.predicted = predicted
@@ -216,9 +218,11 @@ class Extender:
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         failed = d.evaluation.failed
-        passed = np.flatnonzero(d.evaluation.kept(self.policy)).tolist()
+        chosen = d.evaluation.chosen(self.policy)  # kept alone: Evaluation.kept, as a list
+        passed = [chosen] if chosen is not None else np.flatnonzero(~failed).tolist()
         if passed:
             self._decided(d)
+            self.on_choice("extender" if chosen is not None else "scheduler")
         if len(passed) == 1:  # kube-scheduler places the pod there, without asking prioritize
             self._remember_choice(d, passed[0])
         unresolvable = {

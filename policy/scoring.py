@@ -90,16 +90,21 @@ class Evaluation:
         cost = self.cost[top]
         return int(top[np.argmin(np.where(np.isnan(cost), np.inf, cost))])
 
+    def chosen(self, cfg: PolicyConfig) -> int | None:
+        """The node the extender chooses itself: :meth:`best` with ``filter_keeps: best``, else
+        None (kube-scheduler chooses among every node the power cap passes)."""
+        return self.best() if cfg.filter_keeps == "best" else None
+
     def kept(self, cfg: PolicyConfig) -> np.ndarray:
-        """The nodes filter keeps (a mask): every node the power cap passes, or with
-        ``filter_keeps: best`` only :meth:`best`, when there is one. Left with one feasible
-        node, kube-scheduler places the pod there without scoring, so the node chosen here is
-        where the pod goes, unless a later step of kube-scheduler's (Reserve, Permit, the
-        binding) fails it."""
-        keep: np.ndarray = ~self.failed
-        if cfg.filter_keeps == "best" and (best := self.best()) is not None:
-            keep = np.zeros(len(keep), dtype=bool)
-            keep[best] = True
+        """The nodes filter keeps (a mask): :meth:`chosen` alone when there is one, else every
+        node the power cap passes. Left with one feasible node, kube-scheduler places the pod
+        there without scoring, so the node chosen here is where the pod goes, unless a later
+        step of kube-scheduler's (Reserve, Permit, the binding) fails it."""
+        chosen = self.chosen(cfg)
+        if chosen is None:
+            return ~self.failed
+        keep = np.zeros(len(self.failed), dtype=bool)
+        keep[chosen] = True
         return keep
 
     def passed(self) -> tuple[np.ndarray, Evaluation]:

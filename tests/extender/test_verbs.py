@@ -211,6 +211,41 @@ def test_filter_keeping_the_best_node_spreads_a_burst_by_its_own_choices(make_ap
     assert chosen == ["n0", "n0", "n1", "n1", "n2", "n2"]
 
 
+def test_filter_counts_who_chooses_the_node(make_app, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # joulesched_extender_filter_choices_total{by}: with filter_keeps: best the extender
+    # chooses while a node with fresh measurements ranks first; once they are stale it keeps
+    # every node for kube-scheduler to choose (the gap is counted, not hidden). With all,
+    # kube-scheduler always chooses; a filter that keeps no node counts neither.
+    def choices(text: str) -> dict[str, float]:
+        return {
+            by: float(line.rsplit(" ", 1)[1])
+            for by in ("extender", "scheduler")
+            for line in text.splitlines()
+            if line.startswith(f'joulesched_extender_filter_choices_total{{by="{by}"}}')
+        }
+
+    clock = Clock()
+    nodes = [{"name": f"n{i}", "cores": 8, "power_curve_watts": CURVE, "utilisation": 0.0, "updated": clock.now} for i in range(2)]
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({"nodes": nodes}))
+    policy = {"filter_keeps": "best", "max_age_seconds": 120}
+    app, _ = make_app({"profiles": {"file": {"path": str(path)}}, "policy": policy}, clock=clock)
+    c = app.test_client()
+    assert choices(c.get("/metrics").data.decode()) == {"extender": 0.0, "scheduler": 0.0}
+    status, reply = post(c, "filter", args("names", ["n0", "n1"], make_pod("1", uid="a", name="a")))
+    assert status == 200 and len(reply["NodeNames"]) == 1
+    clock.now += 121  # the profiles' measurements are now older than max_age_seconds
+    status, reply = post(c, "filter", args("names", ["n0", "n1"], make_pod("1", uid="b", name="b")))
+    assert status == 200 and reply["NodeNames"] == ["n0", "n1"]
+    assert choices(c.get("/metrics").data.decode()) == {"extender": 1.0, "scheduler": 1.0}
+
+    app, _ = make_app()  # filter_keeps: all
+    c = app.test_client()
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="c", name="c")))
+    post(c, "filter", args("names", ["capped"], make_pod("8", uid="d", name="d")))  # kept none
+    assert choices(c.get("/metrics").data.decode()) == {"extender": 0.0, "scheduler": 1.0}
+
+
 def test_a_filter_that_leaves_one_node_records_it_as_the_pods_place(make_app) -> None:  # type: ignore[no-untyped-def]
     # With one feasible node kube-scheduler does not ask prioritize: the filter's answer is
     # where the pod goes (filter_keeps: all, one candidate under its cap).
