@@ -88,6 +88,12 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
     )
     assert ext.failures() == 0, ext.samples()
     assert not over, f"{len(over)} nodes past their cores: {over}"
+    # Who chose each node: every filter answer kept a node, all chosen by the extender under
+    # best (every node is measured), all left to kube-scheduler under all.
+    chooser, other = ("extender", "scheduler") if keeps == "best" else ("scheduler", "extender")
+    choices = "joulesched_extender_filter_choices_total"
+    assert ext.metric(choices, by=chooser) == ext.requests("filter", "200") >= PODS, ext.samples()
+    assert ext.metric(choices, by=other) == 0
     if keeps == "best":
         assert ext.requests("filter", "200") >= PODS
         assert ext.requests("prioritize") == 0 and ext.requests("bind") == 0, ext.samples()
