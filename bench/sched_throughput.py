@@ -26,6 +26,9 @@ Contenders, interleaved round by round (A B C D A B C D ...):
   scoring and binds it itself (docs/extender.md, "Choosing the node");
 * ``choose-bind``: the same with deploy/'s bindVerb too (no prioritize): the extender writes
   the bindings, outside kube-scheduler's client-side API rate;
+* ``top-bind``: joulesched with ``policy.filter_keeps: top``, deploy/'s filterVerb and bindVerb
+  (no prioritize): filter keeps every node it ranks first, all scored alike, kube-scheduler's
+  own plugins (MostAllocated) choose among them, and the extender binds;
 * ``watch``: names mode without the bind verb (kube-scheduler binds; the extender learns
   placements from its top choices and the pod watch only), what was shipped before the bind
   verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
@@ -100,11 +103,11 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "watch", "choose", "choose-bind")
+CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "watch", "choose", "choose-bind", "top-bind")
 # What each contender is compared with: the constant-score extender, and for one that binds
 # (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
-BINDERS = ("names", "full", "choose-bind")
+BINDERS = ("names", "full", "choose-bind", "top-bind")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 SCHEDULED = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -332,7 +335,7 @@ def run_burst(
             entry.pop("preemptVerb", None)
         if contender in ("const", "const-full", "watch", "choose"):
             entry.pop("bindVerb", None)
-        if contender in ("choose", "choose-bind"):
+        if contender in ("choose", "choose-bind", "top-bind"):
             entry.pop("prioritizeVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
@@ -422,6 +425,14 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                 if chooses
                 else None
             )
+            top = (
+                joulesched_extender(
+                    work / f"ext-top-{n}", cp, names, lambda i: "clean", name="joulesched-top",
+                    settings=[*args.set, "policy.filter_keeps=top"],
+                )
+                if "top-bind" in args.contenders
+                else None
+            )
             try:
                 for qps in args.qps:
                     for pct in args.pct:
@@ -437,6 +448,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                     "watch": (ext.url, ext.pid),
                                     "choose": (best.url, best.pid) if best else (None, None),
                                     "choose-bind": (best.url, best.pid) if best else (None, None),
+                                    "top-bind": (top.url, top.pid) if top else (None, None),
                                 }[contender]
                                 b = run_burst(
                                     cp,
@@ -455,8 +467,9 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                 print(json.dumps(asdict(b)), flush=True)
             finally:
                 ext.stop()
-                if best is not None:
-                    best.stop()
+                for other in (best, top):
+                    if other is not None:
+                        other.stop()
                 delete_nodes(cp, names)
     finally:
         const.stop()

@@ -277,9 +277,9 @@ EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by f
 EXT_CHOICES = _m(
     "extender_filter_choices_total",
     "counter",
-    "Filter answers that kept a node, by who chooses where the pod goes: extender (policy.filter_keeps: best kept "
-    "the one node it ranks first), scheduler (every node the power cap passes kept for kube-scheduler to score: "
-    "filter_keeps: all, or best with no node of fresh measurements ranked first).",
+    "Filter answers that kept a node, by who chooses where the pod goes: extender (policy.filter_keeps top or best "
+    "kept only the nodes it ranks first), scheduler (every node the power cap passes kept for kube-scheduler to "
+    "choose: filter_keeps all, or top or best with no node of fresh measurements ranked first).",
     "by",
 )
 EXT_BIND_WAITS = _m(

@@ -218,11 +218,11 @@ class Extender:
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         failed = d.evaluation.failed
-        chosen = d.evaluation.chosen(self.policy)  # kept alone: Evaluation.kept, as a list
-        passed = [chosen] if chosen is not None else np.flatnonzero(~failed).tolist()
+        narrowed = d.evaluation.narrowed(self.policy)  # Evaluation.kept, knowing which it was
+        passed = np.flatnonzero(~failed if narrowed is None else narrowed).tolist()
         if passed:
             self._decided(d)
-            self.on_choice("extender" if chosen is not None else "scheduler")
+            self.on_choice("scheduler" if narrowed is None else "extender")
         if len(passed) == 1:  # kube-scheduler places the pod there, without asking prioritize
             self._remember_choice(d, passed[0])
         unresolvable = {

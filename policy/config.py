@@ -16,7 +16,7 @@ from joulesched.policy.validate import Checker, read_settings, setting
 
 STRATEGIES = ("energy", "carbon")
 SCORE_SCALES = ("cluster", "request")
-FILTER_KEEPS = ("all", "best")
+FILTER_KEEPS = ("all", "top", "best")
 MAX_SCORE = 10  # k8s.io/kube-scheduler/extender/v1: MaxExtenderPriority
 
 
@@ -51,8 +51,9 @@ class PolicyConfig:
     filter_keeps: str = setting(
         "all",
         "the nodes filter keeps: all that the power cap passes, for prioritize to score and kube-scheduler to weigh with"
-        " its own plugins; or best, only the node prioritize would score highest, when it has fresh measurements,"
-        " where kube-scheduler then places the pod without scoring (docs/extender.md, Choosing the node)",
+        " its own plugins; top, only those prioritize would score highest, for kube-scheduler's plugins to choose"
+        " among; or best, only the cheapest of those, where kube-scheduler then places the pod without scoring;"
+        " top and best when a node with fresh measurements ranks first (docs/extender.md, Choosing the node)",
         choices=FILTER_KEEPS,
     )
     power_cap_enabled: bool = setting(True, "fail nodes the pod would push past their power cap", key="power_cap.enabled")

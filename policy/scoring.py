@@ -71,41 +71,53 @@ class Evaluation:
             return f"power cap: projected {self.projected_watts[i]:.0f} W would exceed the cap less {cfg.power_cap_headroom:.0%} headroom"
         return ""
 
-    def best(self) -> int | None:
-        """The position of the node prioritize ranks first, when that node has fresh measurements.
+    def top(self) -> np.ndarray | None:
+        """The nodes prioritize ranks first (a mask), when they have fresh measurements.
 
-        The highest score among the nodes the power cap passes; among fresh nodes of that score
-        the lowest cost, then the first listed. None when the policy has no such preference: no
-        candidate is fresh, or one without fresh measurements (scored neutral) outranks every
-        fresh one (e.g. a GPU pod on fresh nodes short of GPUs, which score 0).
+        The fresh nodes the power cap passes with the highest score among them. None when the
+        policy has no such preference: no candidate is fresh, or one without fresh
+        measurements (scored neutral) outranks every fresh one (e.g. a GPU pod on fresh nodes
+        short of GPUs, which score 0).
         """
-        passing = ~self.failed
-        ok = self.fresh & passing
+        ok = self.fresh & ~self.failed
         if not ok.any():
             return None
         top_score = self.scores[ok].max()
-        if (self.scores[passing & ~self.fresh] > top_score).any():
+        if (self.scores[~self.failed & ~self.fresh] > top_score).any():
             return None
-        top = np.flatnonzero(ok & (self.scores == top_score))
-        cost = self.cost[top]
-        return int(top[np.argmin(np.where(np.isnan(cost), np.inf, cost))])
+        top: np.ndarray = ok & (self.scores == top_score)
+        return top
 
-    def chosen(self, cfg: PolicyConfig) -> int | None:
-        """The node the extender chooses itself: :meth:`best` with ``filter_keeps: best``, else
-        None (kube-scheduler chooses among every node the power cap passes)."""
-        return self.best() if cfg.filter_keeps == "best" else None
+    def best(self) -> int | None:
+        """The position of the node prioritize ranks first: among :meth:`top` the lowest cost,
+        then the first listed. None when :meth:`top` is."""
+        top = self.top()
+        if top is None:
+            return None
+        at = np.flatnonzero(top)
+        cost = self.cost[at]
+        return int(at[np.argmin(np.where(np.isnan(cost), np.inf, cost))])
+
+    def narrowed(self, cfg: PolicyConfig) -> np.ndarray | None:
+        """The nodes the extender narrows the choice to (a mask): :meth:`top` with
+        ``filter_keeps: top``, :meth:`best` alone with ``best``; None with ``all`` or when the
+        policy has no preference (kube-scheduler then chooses among every node the cap passes)."""
+        if cfg.filter_keeps == "top":
+            return self.top()
+        if cfg.filter_keeps == "best" and (best := self.best()) is not None:
+            keep = np.zeros(len(self.failed), dtype=bool)
+            keep[best] = True
+            return keep
+        return None
 
     def kept(self, cfg: PolicyConfig) -> np.ndarray:
-        """The nodes filter keeps (a mask): :meth:`chosen` alone when there is one, else every
-        node the power cap passes. Left with one feasible node, kube-scheduler places the pod
-        there without scoring, so the node chosen here is where the pod goes, unless a later
-        step of kube-scheduler's (Reserve, Permit, the binding) fails it."""
-        chosen = self.chosen(cfg)
-        if chosen is None:
-            return ~self.failed
-        keep = np.zeros(len(self.failed), dtype=bool)
-        keep[chosen] = True
-        return keep
+        """The nodes filter keeps (a mask): :meth:`narrowed`, else every node the power cap
+        passes. Left with one feasible node, kube-scheduler places the pod there without
+        scoring, so a node kept alone is where the pod goes, unless a later step of
+        kube-scheduler's (Reserve, Permit, the binding) fails it; left with several, its own
+        plugins choose (and prioritize, where it is registered)."""
+        narrowed = self.narrowed(cfg)
+        return ~self.failed if narrowed is None else narrowed
 
     def passed(self) -> tuple[np.ndarray, Evaluation]:
         """The nodes the power-cap filter passes (their positions), and the evaluation over them alone.

@@ -294,6 +294,18 @@ def test_agent_off_and_custom_labels(helm, tmp_path):
     assert "prioritizeVerb" not in sched["extenders"][0] and sched["extenders"][0]["filterVerb"] == "filter"
 
 
+@pytest.mark.parametrize("keeps,prioritize", [("all", True), ("top", False), ("best", False)])
+def test_the_scheduler_asks_prioritize_only_when_filter_keeps_every_node(helm, keeps, prioritize):
+    # filter_keeps: top and best leave nodes the extender scores alike, or one: kube-scheduler
+    # is not told to ask prioritize; the bind verb stays (deploy/'s bind.enabled)
+    r = run(helm, "template", "joulesched", str(CHART), "-n", NAMESPACE, "--set", f"extender.config.policy.filter_keeps={keeps}",
+            "--show-only", "templates/scheduler-configmap.yaml")
+    assert r.returncode == 0, r.stderr
+    sched = yaml.safe_load(yaml.safe_load(r.stdout)["data"]["scheduler-config.yaml"])
+    entry = sched["extenders"][0]
+    assert ("prioritizeVerb" in entry) is prioritize and entry["filterVerb"] == "filter" and entry["bindVerb"] == "bind", entry
+
+
 @pytest.mark.parametrize("kube_version,tag", [("v1.37.2", "v1.37.2"), ("v1.36.0", "v1.36.0"),
                                               ("v1.35.4+k3s1", "v1.35.4")])
 def test_scheduler_image_follows_the_cluster_version(helm, kube_version, tag):

@@ -26,6 +26,10 @@ With ``policy.filter_keeps: best`` filter keeps only the node the extender ranks
 kube-scheduler, left with one feasible node, places the pod there without calling prioritize:
 the ledger records that node as the filter answers, and no other verb is needed
 (docs/extender.md, "Choosing the node"). The same burst, with only filterVerb registered.
+
+With ``policy.filter_keeps: top`` filter keeps every node the extender ranks first (all scored
+alike) and kube-scheduler's plugins choose among them; prioritizeVerb is left out, and the
+bind verb keeps the ledger right as with ``all``.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def base_utilisation(i: int) -> float:
     return 0.20 + 0.05 * (i % 10)
 
 
-@pytest.mark.parametrize("keeps", ["all", "best"], ids=["filter-keeps-all", "filter-keeps-best"])
+@pytest.mark.parametrize("keeps", ["all", "top", "best"], ids=["filter-keeps-all", "filter-keeps-top", "filter-keeps-best"])
 def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace, keeps):
     cp = control_plane
     tag = uuid.uuid4().hex[:6]
@@ -72,6 +76,8 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
         if keeps == "best":  # filter alone: kube-scheduler places each pod where it keeps one node, and binds it
             for verb in ("prioritizeVerb", "bindVerb"):
                 del scheduler["extenders"][0][verb]
+        if keeps == "top":  # filter and bind: kube-scheduler's plugins choose among the nodes kept
+            del scheduler["extenders"][0]["prioritizeVerb"]
         scheduler_factory(scheduler, name=name)
         placed = wait_all_bound(cp, e2e_namespace, pods, timeout=60)
     finally:
@@ -89,11 +95,13 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
     assert ext.failures() == 0, ext.samples()
     assert not over, f"{len(over)} nodes past their cores: {over}"
     # Who chose each node: every filter answer kept a node, all chosen by the extender under
-    # best (every node is measured), all left to kube-scheduler under all.
-    chooser, other = ("extender", "scheduler") if keeps == "best" else ("scheduler", "extender")
+    # top and best (every node is measured), all left to kube-scheduler under all.
+    chooser, other = ("scheduler", "extender") if keeps == "all" else ("extender", "scheduler")
     choices = "joulesched_extender_filter_choices_total"
     assert ext.metric(choices, by=chooser) == ext.requests("filter", "200") >= PODS, ext.samples()
     assert ext.metric(choices, by=other) == 0
     if keeps == "best":
         assert ext.requests("filter", "200") >= PODS
         assert ext.requests("prioritize") == 0 and ext.requests("bind") == 0, ext.samples()
+    if keeps == "top":
+        assert ext.requests("prioritize") == 0 and ext.requests("bind", "200") == PODS, ext.samples()

@@ -239,6 +239,13 @@ def test_filter_counts_who_chooses_the_node(make_app, tmp_path) -> None:  # type
     assert status == 200 and reply["NodeNames"] == ["n0", "n1"]
     assert choices(c.get("/metrics").data.decode()) == {"extender": 1.0, "scheduler": 1.0}
 
+    # top: every node tied at the top score, here both; the extender chose them
+    app, _ = make_app({"profiles": {"file": {"path": str(path)}}, "policy": {**policy, "filter_keeps": "top"}}, clock=Clock())
+    c = app.test_client()
+    status, reply = post(c, "filter", args("names", ["n0", "n1"], make_pod("1", uid="t", name="t")))
+    assert status == 200 and reply["NodeNames"] == ["n0", "n1"]
+    assert choices(c.get("/metrics").data.decode()) == {"extender": 1.0, "scheduler": 0.0}
+
     app, _ = make_app()  # filter_keeps: all
     c = app.test_client()
     post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="c", name="c")))

@@ -378,11 +378,14 @@ def test_the_best_node_is_the_top_score_then_the_lowest_cost_among_fresh_nodes_t
     assert ev.best() == 4
     assert ev.kept(PolicyConfig()).tolist() == [False, True, True, True, True]
     assert ev.kept(PolicyConfig(filter_keeps="best")).tolist() == [False, False, False, False, True]
+    assert ev.kept(PolicyConfig(filter_keeps="top")).tolist() == [False, False, False, True, True]
+    assert ev.narrowed(PolicyConfig()) is None
     # Nothing fresh that the cap passes: no preference, filter keeps what the cap passes.
     blind = run([node("s1", updated=0.0), node("capped", utilisation=0.9, measured_watts=255.0, power_cap_watts=265.0)],
                 PodDemand(2.0), PolicyConfig(max_age_seconds=120))
     assert blind.best() is None
     assert blind.kept(PolicyConfig(filter_keeps="best")).tolist() == [True, False]
+    assert blind.top() is None and blind.kept(PolicyConfig(filter_keeps="top")).tolist() == [True, False]
     assert run([], PodDemand(2.0)).best() is None
     # A GPU pod: the fresh nodes have no GPUs (infinite cost, score 0), the unknown one scores
     # neutral above them: prioritize would rank the unknown node first, so no preference.
@@ -390,6 +393,7 @@ def test_the_best_node_is_the_top_score_then_the_lowest_cost_among_fresh_nodes_t
     gpu_pod = evaluate(arrays, np.array([0, 1, -1]), PodDemand(2.0, gpus=1), PolicyConfig(), 1000.0)
     assert gpu_pod.scores.tolist() == [0, 0, 5] and gpu_pod.best() is None
     assert gpu_pod.kept(PolicyConfig(filter_keeps="best")).tolist() == [True, True, True]
+    assert gpu_pod.kept(PolicyConfig(filter_keeps="top")).tolist() == [True, True, True]
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -402,12 +406,16 @@ def test_the_node_filter_keeps_is_the_one_no_other_fresh_node_outranks(seed: int
     ev = evaluate(NodeArrays.build(nodes), rows, pod, PolicyConfig(strategy="carbon"), 1000.0)
     assert ev.kept(PolicyConfig()).tolist() == (~ev.failed).tolist()
     kept = ev.kept(PolicyConfig(filter_keeps="best"))
+    top = ev.kept(PolicyConfig(filter_keeps="top"))
     ok = ev.fresh & ~ev.failed
     if not ok.any() or ev.scores[~ev.failed].max() > ev.scores[ok].max():
-        assert kept.tolist() == (~ev.failed).tolist()
+        assert kept.tolist() == top.tolist() == (~ev.failed).tolist()
+        assert ev.narrowed(PolicyConfig(filter_keeps="best")) is None and ev.narrowed(PolicyConfig(filter_keeps="top")) is None
         return
     (best,) = np.flatnonzero(kept)
     assert ok[best] and ev.scores[best] == ev.scores[~ev.failed].max()
+    # top: every fresh node the cap passes with that score, and only those; best is one of them
+    assert top.tolist() == (ok & (ev.scores == ev.scores[best])).tolist() and top[best]
     cost = np.where(np.isnan(ev.cost), np.inf, ev.cost)
     for i in np.flatnonzero(ok):
         assert (ev.scores[i], -cost[i]) <= (ev.scores[best], -cost[best])

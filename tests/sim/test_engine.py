@@ -276,14 +276,15 @@ def test_with_filter_keeping_the_best_node_every_pod_goes_where_the_extender_cho
     # kept is where kube-scheduler places the pod, whatever its own plugins prefer. A core costs
     # 12.5 W on the small nodes and 12.75 W on the big one: both score 10, and with
     # filter_keeps: all LeastAllocated's preference for the big node's free cores decides the
-    # tie; kept to the best, every pod goes to the cheaper small nodes.
+    # tie; kept to the best, every pod goes to the cheaper small nodes. filter_keeps: top keeps
+    # both, and LeastAllocated decides as with all.
     big = [100 + 81.6 * i for i in range(11)]
     cl = cluster(node_type("small", 2, cores=8, curve=EFFICIENT), node_type("big", 1, cores=64, curve=big))
     wl = workload(*[pod(f"p{i}", 500.0, cpu=1, arrival=float(i)) for i in range(8)])
     placed = {}
-    for keeps in ("all", "best"):
+    for keeps in ("all", "top", "best"):
         ext = InProcessExtender("energy", _document(cl), PolicyConfig(filter_keeps=keeps))
         _, r = run(cl, wl, Profile("energy", "least", ext, 5))
         placed[keeps] = [cl.node_types[r.nodes[int(n)].type_index].name for n in r.pods.node]
-    assert placed["all"] == ["big"] * 8
+    assert placed["all"] == placed["top"] == ["big"] * 8
     assert placed["best"] == ["small"] * 8

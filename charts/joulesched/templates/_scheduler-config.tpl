@@ -32,9 +32,13 @@ extenders:
   - urlPrefix: {{ include "joulesched.extenderURL" . }}
     {{- $cfg := include "joulesched.extenderConfig" . | fromYaml }}
     filterVerb: filter
-    {{- if eq (index ($cfg.policy | default dict) "filter_keeps" | default "all") "best" }}
+    {{- $keeps := index ($cfg.policy | default dict) "filter_keeps" | default "all" }}
+    {{- if eq $keeps "best" }}
     # policy.filter_keeps: best: filter keeps one node, and kube-scheduler places the pod there
     # without scoring or asking prioritize (docs/extender.md, "Choosing the node").
+    {{- else if eq $keeps "top" }}
+    # policy.filter_keeps: top: filter keeps only the nodes prioritize would score highest, all
+    # alike, and kube-scheduler's own plugins choose among them (docs/extender.md, "Choosing the node").
     {{- else }}
     prioritizeVerb: prioritize
     {{- end }}
