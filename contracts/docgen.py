@@ -68,6 +68,7 @@ _LABELS = {
     names.L_OWNER_KIND: "Deployment, StatefulSet, Job, NextflowProcess, …",
     names.L_OWNER: "owner name",
     "code": "HTTP status code",
+    "kept": "what a filter answer kept: best, top or all (policy.filter_keeps; all when no fresh node ranks first)",
     "outcome": "bound (what was waited for came) or deadline (bind.wait_seconds passed first)",
     "version": "joulesched version (pyproject.toml)",
     "revision": "git commit the image was built from (JOULESCHED_REVISION), or unknown",

@@ -274,13 +274,14 @@ EXT_PREDICTED_PODS = _m(
     "extender_predicted_pods", "gauge", "Pods counted as predicted load (placed, not yet measured)."
 )
 EXT_FILTERED = _m("extender_filtered_nodes_total", "counter", "Nodes failed by filter, by reason.", L_REASON)
-EXT_CHOICES = _m(
-    "extender_filter_choices_total",
+EXT_FILTER_KEPT = _m(
+    "extender_filter_answers_total",
     "counter",
-    "Filter answers that kept a node, by who chooses where the pod goes: extender (policy.filter_keeps top or best "
-    "kept only the nodes it ranks first), scheduler (every node the power cap passes kept for kube-scheduler to "
-    "choose: filter_keeps all, or top or best with no node of fresh measurements ranked first).",
-    "by",
+    "Filter answers that kept a node, by what they kept: best (the one node the extender ranks first, where "
+    "kube-scheduler places the pod), top (the nodes it ranks first, for kube-scheduler's plugins to choose among), "
+    "all (every node the power cap passes: policy.filter_keeps all, or top or best with no node of fresh "
+    "measurements ranked first).",
+    "kept",
 )
 EXT_BIND_WAITS = _m(
     "extender_bind_waits_total",

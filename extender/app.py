@@ -35,6 +35,7 @@ from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter, Profil
 from joulesched.extender.predicted import Occupancy, PredictedLoad, Unbound
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
 from joulesched.extender.service import Extender
+from joulesched.policy.config import FILTER_KEEPS
 from joulesched.policy.errors import PolicyError
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def create_app(
         metrics.bind_wait_seconds.labels(outcome).inc(seconds)
 
     unbound = Unbound(config.bind_wait_seconds if config.bind_enabled else 0.0, on_wait=waited)
-    choices = {by: metrics.choices.labels(by) for by in ("extender", "scheduler")}  # both exported from the start
+    kept = {what: metrics.filter_kept.labels(what) for what in FILTER_KEEPS}  # all exported from the start
     ext = Extender(
         source,
         config.policy,
@@ -106,7 +107,7 @@ def create_app(
         server_id_label=config.server_id_label,
         occupancy=occupancy,
         unbound=unbound,
-        on_choice=lambda by: choices[by].inc(),
+        on_filter_kept=lambda what: kept[what].inc(),
     )
     max_age = config.policy.max_age_seconds
 

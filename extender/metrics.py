@@ -60,7 +60,7 @@ class ExtenderMetrics:
         self.failures = Counter(_base(m.EXT_FAILURES), m.EXT_FAILURES.help, labels(m.EXT_FAILURES), registry=reg)
         self.neutral = Counter(_base(m.EXT_NEUTRAL), m.EXT_NEUTRAL.help, labels(m.EXT_NEUTRAL), registry=reg)
         self.filtered = Counter(_base(m.EXT_FILTERED), m.EXT_FILTERED.help, labels(m.EXT_FILTERED), registry=reg)
-        self.choices = Counter(_base(m.EXT_CHOICES), m.EXT_CHOICES.help, labels(m.EXT_CHOICES), registry=reg)
+        self.filter_kept = Counter(_base(m.EXT_FILTER_KEPT), m.EXT_FILTER_KEPT.help, labels(m.EXT_FILTER_KEPT), registry=reg)
         self.source_errors = Counter(
             _base(m.EXT_SOURCE_ERRORS), m.EXT_SOURCE_ERRORS.help, labels(m.EXT_SOURCE_ERRORS), registry=reg
         )

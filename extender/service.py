@@ -67,10 +67,10 @@ class Extender:
         server_id_label: str = SERVER_ID_LABEL,
         occupancy: Occupancy | None = None,
         unbound: Unbound | None = None,
-        on_choice: Callable[[str], None] = lambda by: None,
+        on_filter_kept: Callable[[str], None] = lambda kept: None,
     ) -> None:
         self.source = source
-        self.on_choice = on_choice  # each filter answer that keeps a node: who chooses (extender | scheduler)
+        self.on_filter_kept = on_filter_kept  # each filter answer that keeps a node: what it kept (best | top | all)
         self.unbound = unbound or Unbound(0.0)
         self.policy = policy
         self.predicted = predicted
@@ -222,13 +222,19 @@ class Extender:
         passed = np.flatnonzero(~failed if narrowed is None else narrowed).tolist()
         if passed:
             self._decided(d)
-            self.on_choice("scheduler" if narrowed is None else "extender")
         if len(passed) == 1:  # kube-scheduler places the pod there, without asking prioritize
             self._remember_choice(d, passed[0])
+        elif narrowed is not None and (top := d.evaluation.best()) is not None:
+            # filter_keeps: top leaves prioritize out: the extender's own top choice stands for
+            # the pod's place, as prioritize's does with all, until its binding says
+            self._remember_choice(d, top)
         unresolvable = {
             args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed).tolist()
         }
-        return wire.filter_result(args, passed, {}, unresolvable)
+        result = wire.filter_result(args, passed, {}, unresolvable)
+        if passed:
+            self.on_filter_kept("all" if narrowed is None else self.policy.filter_keeps)
+        return result
 
     def prioritize(self, body: bytes) -> wire.Encoded:
         args = wire.parse_extender_args(body, self.server_id_label)

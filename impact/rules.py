@@ -438,7 +438,7 @@ def dashboard() -> dict[str, Any]:
                 {"expr": f"sum by (verb, code) (rate({n.EXT_REQUESTS.name}[5m]))", "legendFormat": "{{verb}} {{code}}"},
                 {"expr": f"sum by (reason) (rate({n.EXT_FILTERED.name}[5m]))", "legendFormat": "filtered: {{reason}}"},
                 {"expr": f"sum by (reason) (rate({n.EXT_NEUTRAL.name}[5m]))", "legendFormat": "neutral: {{reason}}"},
-                {"expr": f"sum by (by) (rate({n.EXT_CHOICES.name}[5m]))", "legendFormat": "node chosen by: {{by}}"},
+                {"expr": f"sum by (kept) (rate({n.EXT_FILTER_KEPT.name}[5m]))", "legendFormat": "filter kept: {{kept}}"},
             ],
             "reqps",
         )

@@ -190,39 +190,46 @@ def test_bind_records_the_placement_before_the_api_call(make_app) -> None:  # ty
     assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
 
 
-def test_filter_keeping_the_best_node_spreads_a_burst_by_its_own_choices(make_app, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("keeps", ["best", "top"])
+def test_filter_keeping_the_best_node_spreads_a_burst_by_its_own_choices(make_app, tmp_path, keeps) -> None:  # type: ignore[no-untyped-def]
     # policy.filter_keeps: best. filter answers one node, where kube-scheduler then places the
     # pod without calling prioritize, so the ledger records it at once and the next pod's
     # filter counts it. Six 3-core pods on three empty 8-core nodes: a node's second pod costs
     # less than an empty node's first (its curve's steep first 10 % paid already), a third
-    # would take it past its cores. Without the record all six would go to n0.
+    # would take it past its cores. Without the record all six would go to n0. With top,
+    # prioritize is left out too: filter keeps the nodes ranked first and records the
+    # extender's own top choice among them as the pod's place, as prioritize does with all,
+    # so the same holds with the bind verb off.
     path = tmp_path / "burst.yaml"
     path.write_text(yaml.safe_dump({"nodes": [{"name": f"n{i}", "cores": 8, "power_curve_watts": CURVE, "utilisation": 0.0} for i in range(3)]}))
-    app, _ = make_app({"profiles": {"file": {"path": str(path)}}, "policy": {"filter_keeps": "best"}})
+    app, _ = make_app({"profiles": {"file": {"path": str(path)}}, "policy": {"filter_keeps": keeps}})
     ext = app.extensions["joulesched"]["extender"]
     c = app.test_client()
-    chosen = []
+    chosen, kept = [], []
     for i in range(6):
         status, reply = post(c, "filter", args("names", ["n0", "n1", "n2"], make_pod("3", uid=f"u{i}", name=f"p{i}")))
-        assert status == 200 and len(reply["NodeNames"]) == 1 and not reply["FailedAndUnresolvableNodes"], reply
-        chosen.append(reply["NodeNames"][0])
+        assert status == 200 and not reply["FailedAndUnresolvableNodes"], reply
         placed = ext.predicted.placement(f"u{i}")
-        assert placed is not None and (placed.node, placed.cores, placed.confirmed) == (chosen[-1], 3.0, False)
+        assert placed is not None and (placed.cores, placed.confirmed) == (3.0, False)
+        assert reply["NodeNames"] == [placed.node] if keeps == "best" else placed.node in reply["NodeNames"], reply
+        chosen.append(placed.node)
+        kept.append(len(reply["NodeNames"]))
     assert chosen == ["n0", "n0", "n1", "n1", "n2", "n2"]
+    assert kept[0] == (1 if keeps == "best" else 3)  # the first pod: three empty nodes alike
 
 
-def test_filter_counts_who_chooses_the_node(make_app, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # joulesched_extender_filter_choices_total{by}: with filter_keeps: best the extender
-    # chooses while a node with fresh measurements ranks first; once they are stale it keeps
-    # every node for kube-scheduler to choose (the gap is counted, not hidden). With all,
-    # kube-scheduler always chooses; a filter that keeps no node counts neither.
-    def choices(text: str) -> dict[str, float]:
-        return {
-            by: float(line.rsplit(" ", 1)[1])
-            for by in ("extender", "scheduler")
-            for line in text.splitlines()
-            if line.startswith(f'joulesched_extender_filter_choices_total{{by="{by}"}}')
-        }
+def test_filter_counts_what_it_kept(make_app, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # joulesched_extender_filter_answers_total{kept}: with filter_keeps: best the one node
+    # ranked first while a node with fresh measurements ranks first; once they are stale,
+    # every node for kube-scheduler to choose (the gap is counted, not hidden). top: the nodes
+    # ranked first. all: every node the cap passes. A filter that keeps no node counts nothing.
+    def answers(text: str) -> dict[str, float]:
+        found = {}
+        for line in text.splitlines():
+            for kept in ("all", "top", "best"):
+                if line.startswith(f'joulesched_extender_filter_answers_total{{kept="{kept}"}}'):
+                    found[kept] = float(line.rsplit(" ", 1)[1])
+        return found
 
     clock = Clock()
     nodes = [{"name": f"n{i}", "cores": 8, "power_curve_watts": CURVE, "utilisation": 0.0, "updated": clock.now} for i in range(2)]
@@ -231,26 +238,26 @@ def test_filter_counts_who_chooses_the_node(make_app, tmp_path) -> None:  # type
     policy = {"filter_keeps": "best", "max_age_seconds": 120}
     app, _ = make_app({"profiles": {"file": {"path": str(path)}}, "policy": policy}, clock=clock)
     c = app.test_client()
-    assert choices(c.get("/metrics").data.decode()) == {"extender": 0.0, "scheduler": 0.0}
+    assert answers(c.get("/metrics").data.decode()) == {"all": 0.0, "top": 0.0, "best": 0.0}
     status, reply = post(c, "filter", args("names", ["n0", "n1"], make_pod("1", uid="a", name="a")))
     assert status == 200 and len(reply["NodeNames"]) == 1
     clock.now += 121  # the profiles' measurements are now older than max_age_seconds
     status, reply = post(c, "filter", args("names", ["n0", "n1"], make_pod("1", uid="b", name="b")))
     assert status == 200 and reply["NodeNames"] == ["n0", "n1"]
-    assert choices(c.get("/metrics").data.decode()) == {"extender": 1.0, "scheduler": 1.0}
+    assert answers(c.get("/metrics").data.decode()) == {"all": 1.0, "top": 0.0, "best": 1.0}
 
-    # top: every node tied at the top score, here both; the extender chose them
+    # top: every node tied at the top score, here both
     app, _ = make_app({"profiles": {"file": {"path": str(path)}}, "policy": {**policy, "filter_keeps": "top"}}, clock=Clock())
     c = app.test_client()
     status, reply = post(c, "filter", args("names", ["n0", "n1"], make_pod("1", uid="t", name="t")))
     assert status == 200 and reply["NodeNames"] == ["n0", "n1"]
-    assert choices(c.get("/metrics").data.decode()) == {"extender": 1.0, "scheduler": 0.0}
+    assert answers(c.get("/metrics").data.decode()) == {"all": 0.0, "top": 1.0, "best": 0.0}
 
     app, _ = make_app()  # filter_keeps: all
     c = app.test_client()
     post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="c", name="c")))
     post(c, "filter", args("names", ["capped"], make_pod("8", uid="d", name="d")))  # kept none
-    assert choices(c.get("/metrics").data.decode()) == {"extender": 0.0, "scheduler": 1.0}
+    assert answers(c.get("/metrics").data.decode()) == {"all": 1.0, "top": 0.0, "best": 0.0}
 
 
 def test_a_filter_that_leaves_one_node_records_it_as_the_pods_place(make_app) -> None:  # type: ignore[no-untyped-def]
