@@ -109,6 +109,10 @@ class SimBmc(bmc.Bmc):
         self.additionaldevices = 0x02  # "SDR repository device": ipmitool reads the repository
         self.mfgid = 674  # any IANA number; 674 is Dell
         self.requests: list[str] = []
+        # The repository's most recent addition: when its records last changed, not the time of
+        # asking (a clock there made FreeIPMI's SDR cache "out of date" once a second turned).
+        self.sdr_records: list[bytes] = []
+        self.sdr_added = 0
 
     def state(self) -> dict[str, Any]:
         with open(self.state_file, encoding="utf-8") as fh:
@@ -161,7 +165,9 @@ class SimBmc(bmc.Bmc):
         records = self.records()
         if command == 0x20:  # Get SDR Repository Info
             free = 0x1000
-            info = struct.pack("<BHHIIB", 0x51, len(records), free, int(time.time()), 0, 0x02)
+            if records != self.sdr_records:
+                self.sdr_records, self.sdr_added = records, int(time.time())
+            info = struct.pack("<BHHIIB", 0x51, len(records), free, self.sdr_added, 0, 0x02)
             return session.send_ipmi_response(data=list(info))
         if command == 0x22:  # Reserve SDR Repository
             return session.send_ipmi_response(data=[0x01, 0x00])
