@@ -108,6 +108,8 @@ CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "wa
 # (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
 BINDERS = ("names", "full", "choose-bind", "top-bind")
+# The contenders served by a joulesched extender of their own: its policy.filter_keeps.
+FILTER_KEEPS_OF = {"choose": "best", "choose-bind": "best", "top-bind": "top"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 SCHEDULED = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -416,29 +418,20 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
             make_nodes(cp, names, selector)
             print(f"# {n} nodes created in {time.monotonic() - t0:.0f} s", flush=True)
             ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set)
-            chooses = {"choose", "choose-bind"} & set(args.contenders)
-            best = (
-                joulesched_extender(
-                    work / f"ext-best-{n}", cp, names, lambda i: "clean", name="joulesched-best",
-                    settings=[*args.set, "policy.filter_keeps=best"],
+            keeping = {
+                keeps: joulesched_extender(
+                    work / f"ext-{keeps}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{keeps}",
+                    settings=[*args.set, f"policy.filter_keeps={keeps}"],
                 )
-                if chooses
-                else None
-            )
-            top = (
-                joulesched_extender(
-                    work / f"ext-top-{n}", cp, names, lambda i: "clean", name="joulesched-top",
-                    settings=[*args.set, "policy.filter_keeps=top"],
-                )
-                if "top-bind" in args.contenders
-                else None
-            )
+                for keeps in sorted({FILTER_KEEPS_OF[c] for c in args.contenders if c in FILTER_KEEPS_OF})
+            }
             try:
                 for qps in args.qps:
                     for pct in args.pct:
                         for rnd in range(args.rounds):
                             for contender in args.contenders:
-                                url, pid = {
+                                own = keeping.get(FILTER_KEEPS_OF.get(contender, ""))
+                                url, pid = (own.url, own.pid) if own else {
                                     "alone": (None, None),
                                     "const": (const.url, const.pid),
                                     "const-bind": (const_bind.url, const_bind.pid) if const_bind else (None, None),
@@ -446,9 +439,6 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                     "names": (ext.url, ext.pid),
                                     "full": (ext.url, ext.pid),
                                     "watch": (ext.url, ext.pid),
-                                    "choose": (best.url, best.pid) if best else (None, None),
-                                    "choose-bind": (best.url, best.pid) if best else (None, None),
-                                    "top-bind": (top.url, top.pid) if top else (None, None),
                                 }[contender]
                                 b = run_burst(
                                     cp,
@@ -467,9 +457,8 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                 print(json.dumps(asdict(b)), flush=True)
             finally:
                 ext.stop()
-                for other in (best, top):
-                    if other is not None:
-                        other.stop()
+                for other in keeping.values():
+                    other.stop()
                 delete_nodes(cp, names)
     finally:
         const.stop()

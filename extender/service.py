@@ -224,10 +224,11 @@ class Extender:
             self._decided(d)
         if len(passed) == 1:  # kube-scheduler places the pod there, without asking prioritize
             self._remember_choice(d, passed[0])
-        elif narrowed is not None and (top := d.evaluation.best()) is not None:
-            # filter_keeps: top leaves prioritize out: the extender's own top choice stands for
-            # the pod's place, as prioritize's does with all, until its binding says
-            self._remember_choice(d, top)
+        elif narrowed is not None:
+            # filter_keeps: top leaves prioritize out: the extender's own top choice (Evaluation.best,
+            # the cheapest it kept) stands for the pod's place, as prioritize's does with all,
+            # until its binding says
+            self._remember_choice(d, d.evaluation.cheapest(narrowed))
         unresolvable = {
             args.node_names[i]: "joulesched: " + d.evaluation.reason(i, self.policy) for i in np.flatnonzero(failed).tolist()
         }

@@ -89,12 +89,15 @@ class Evaluation:
         return top
 
     def best(self) -> int | None:
-        """The position of the node prioritize ranks first: among :meth:`top` the lowest cost,
-        then the first listed. None when :meth:`top` is."""
+        """The position of the node prioritize ranks first: :meth:`cheapest` of :meth:`top`.
+        None when :meth:`top` is."""
         top = self.top()
-        if top is None:
-            return None
-        at = np.flatnonzero(top)
+        return None if top is None else self.cheapest(top)
+
+    def cheapest(self, among: np.ndarray) -> int:
+        """The position of the lowest cost among the nodes of the mask ``among`` (not empty),
+        then the first listed."""
+        at = np.flatnonzero(among)
         cost = self.cost[at]
         return int(at[np.argmin(np.where(np.isnan(cost), np.inf, cost))])
 
