@@ -22,6 +22,7 @@ import json
 import queue
 import re
 import ssl
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, urlsplit
 
@@ -52,12 +53,13 @@ class ApiServer:
                 resp = conn.getresponse()
                 data = resp.read()
                 break
-            except (ConnectionError, http.client.RemoteDisconnected):
+            except (ConnectionError, http.client.RemoteDisconnected, ssl.SSLEOFError, ssl.SSLZeroReturnError):
                 conn.close()
                 if not reused:
                     raise
-                # a kept-alive connection the API server closed while idle: no reply began, so
-                # the request is sent once more, on a new connection
+                # a kept-alive connection the API server closed while idle (a TLS close_notify
+                # reads as SSLEOFError on the next request): no reply began, so the request is
+                # sent once more, on a new connection
                 conn, reused = self._connect(), False
             except (OSError, http.client.HTTPException):
                 conn.close()
@@ -73,6 +75,14 @@ class ApiServer:
 
 
 API: ApiServer | None = None
+
+
+class Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5, which can overflow when kube-scheduler opens a
+    # connection for each of dozens of binds in flight; a dropped SYN is sent again after 1 s,
+    # past deploy/'s httpTimeout. gunicorn listens with 2048.
+    request_queue_size = 2048
+    daemon_threads = True
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -118,7 +128,9 @@ class Handler(BaseHTTPRequestHandler):
             if not all(isinstance(v, str) for v in (namespace, name, uid, node)):
                 raise TypeError("a field that is not a string")
         except (ValueError, KeyError, TypeError):
-            self._send(400, b'{"Error": "not an ExtenderBindingArgs object: PodNamespace, PodName, PodUID and Node strings"}')
+            self._send(
+                400, b'{"Error": "not an ExtenderBindingArgs object: PodNamespace, PodName, PodUID and Node strings"}'
+            )
             return
         binding = {
             "apiVersion": "v1",
@@ -132,7 +144,9 @@ class Handler(BaseHTTPRequestHandler):
             status, data = API.post(path, json.dumps(binding).encode())
             error = "" if 200 <= status < 300 else f"HTTP {status}: {data[:200].decode(errors='replace')}"
         except (OSError, http.client.HTTPException) as err:
-            error = f"binding {namespace}/{name}: {err}"
+            error = f"binding {namespace}/{name}: {err!r}"
+        if error:
+            print(error, file=sys.stderr, flush=True)
         self._send(200, json.dumps({"Error": error}).encode())
 
     def _full_nodes(self, verb: str, body: bytes, start: int) -> None:
@@ -169,8 +183,7 @@ def main() -> None:
             API = ApiServer(args.api, args.ca, args.cert, args.key)
         except (ValueError, OSError) as err:
             p.error(str(err))
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", args.port), Handler)
     server.serve_forever()
 
 
