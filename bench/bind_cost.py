@@ -2,8 +2,9 @@
 
 A real etcd and kube-apiserver on loopback (the e2e harness, tests/e2e/cluster.py), one Node
 object and N pods; the binder binds them one by one, in this process, and the process CPU
-(``time.process_time``) and wall time per binding are printed. Not a timed test: run by hand,
-alternating checkouts for an A/B, and record the figures in docs/benchmarks.md.
+(``time.process_time``), kube-apiserver's and etcd's CPU (/proc) and the wall time per binding
+are printed. Not a timed test: run by hand, alternating checkouts for an A/B
+(``PYTHONPATH=<checkout>``), and record the figures in docs/benchmarks.md.
 
     JOULESCHED_K8S_BIN_DIR=~/.cache/joulesched/k8s/v1.37.2/bin PYTHONPATH=. python bench/bind_cost.py
 """
@@ -20,8 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from cluster import ControlPlane  # noqa: E402
+from sched_throughput import cpu_seconds  # noqa: E402
 
 from joulesched.extender.kube import Binder, preload  # noqa: E402
 from joulesched.extender.wire import BindingArgs  # noqa: E402
@@ -45,12 +48,19 @@ def main() -> int:
         uids = {pod.metadata.name: pod.metadata.uid for pod in cp.core.list_namespaced_pod(ns).items}
         binder = Binder(str(cp.kubeconfig))
         binder(BindingArgs("p0", ns, uids["p0"], "n1"))  # the client made, the connection opened
+        time.sleep(2)  # the pods' creation settled in kube-apiserver and etcd
         c0, w0 = time.process_time(), time.monotonic()
+        a0, e0 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
         for i in range(1, args.binds):
             binder(BindingArgs(f"p{i}", ns, uids[f"p{i}"], "n1"))
         c1, w1 = time.process_time(), time.monotonic()
+        a1, e1 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
         n = args.binds - 1
-        print(f"{n} bindings: {1000 * (c1 - c0) / n:.2f} ms CPU and {1000 * (w1 - w0) / n:.2f} ms wall a binding")
+        bound = sum(1 for pod in cp.core.list_namespaced_pod(ns).items if pod.spec.node_name == "n1")
+        print(
+            f"{n} bindings ({bound} pods bound): {1000 * (c1 - c0) / n:.2f} ms CPU and {1000 * (w1 - w0) / n:.2f} ms "
+            f"wall a binding; kube-apiserver {1000 * (a1 - a0) / n:.2f} ms, etcd {1000 * (e1 - e0) / n:.2f} ms of CPU a binding"
+        )
     finally:
         cp.stop()
     return 0
