@@ -1,4 +1,4 @@
-"""The extender's own metrics (names from ``measurement.names``).
+"""The extender's own metrics (names from ``contracts.names``).
 
 Under gunicorn each worker is a process: prometheus-client's multiprocess mode (the
 ``PROMETHEUS_MULTIPROC_DIR`` environment variable, set and cleaned by ``joulesched extender``

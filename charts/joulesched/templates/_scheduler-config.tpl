@@ -14,7 +14,7 @@ leaderElection:
   resourceName: joulesched-scheduler
 # Score every feasible node: above 100 nodes kube-scheduler otherwise stops after a slice
 # (420 of 1,000 nodes, 500 of 5,000) and a pod can only land on the best node of its slice
-# (docs/policy.md, "Scores that do not depend on the slice").
+# (docs/policy.md, "The slice kube-scheduler sends").
 percentageOfNodesToScore: {{ .Values.scheduler.percentageOfNodesToScore }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
