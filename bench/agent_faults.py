@@ -1,4 +1,4 @@
-"""The agent under faults (issue 12): counter faults on a replica powercap tree, gaps with load
+"""The agent under faults: counter faults on a replica powercap tree, gaps with load
 steps inside, a BMC that goes silent or has the wrong password at start, and hostile HTTP
 clients against the real agent on loopback. Prints each case's verdict and figures.
 

@@ -10,7 +10,7 @@ measured span, and VmHWM (peak resident set) from /proc/<pid>/status.
     python bench/agent_overhead.py                          # 1 s and 100 ms, 200 pods, 25 s each
     python bench/agent_overhead.py --intervals 1 --duration 60 --pods 500
 
-Targets (issue 3): <= 0.5 % of one core at 1 s, <= 5 % at 100 ms, <= 60 MB RSS.
+Targets: <= 0.5 % of one core at 1 s, <= 5 % at 100 ms, <= 60 MB RSS.
 Not a timed test: run it by hand and record the figures in docs/benchmarks.md.
 """
 

@@ -20,7 +20,7 @@ Each case runs ``default``, ``most-allocated``, ``energy``, ``carbon``, each wit
 with deferral under the ``perfect``, ``persistence`` and ``day-ahead`` forecasts (16 runs over
 one common window), with the autoscaler on and off.
 
-Targets (issue 10): ``carbon+defer:perfect`` ≥ 20 % less CO2e than ``carbon``; what the
+Targets: ``carbon+defer:perfect`` ≥ 20 % less CO2e than ``carbon``; what the
 realistic forecasts keep of that saving; 0 deadlines missed; the extra pending time (mean,
 p95). Also each policy against itself without deferral, and ``carbon+defer`` against
 ``default`` and ``most-allocated``. ``potential`` is what the series allow: the mean, over the

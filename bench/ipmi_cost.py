@@ -1,4 +1,4 @@
-"""CPU cost of one IPMI power read, ipmitool against FreeIPMI (issue 12), through the agent's own
+"""CPU cost of one IPMI power read, ipmitool against FreeIPMI through the agent's own
 ``ipmi_dcmi`` source against the simulated lanplus BMC of the tests (pyghmi, loopback).
 
 Reads alternate between the two tools (interleaved, so machine load hits both alike); the CPU

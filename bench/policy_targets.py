@@ -17,7 +17,7 @@ Scenarios (docs/sim.md, "Targets against bin-packing", has the figures):
   on the example cluster with the autoscaler off.
 
 Every workload scenario runs the six policies with the autoscaler on and off. Targets checked
-(the issue's, "on every workload … with the autoscaler on and off"):
+(the targets', "on every workload … with the autoscaler on and off"):
 
 * ``energy``: energy ≤ ``most-allocated``'s and ≤ ``energy+most-allocated``'s, makespan ≤ +5 %
   of ``default``'s;
@@ -238,7 +238,7 @@ def check_bin_packing(p: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 
 def check_bound(case: dict[str, Any]) -> dict[str, Any]:
-    """The issue's target (share of the request-aware estimate's saving), and the same against the
+    """The bound target (share of the request-aware estimate's saving), and the same against the
     cheapest-first placement run, which no scheduler that places each pod once can beat by re-packing."""
     shares = case["policies"]["energy"].get("share_of_bound_saving", {})
     share = shares.get("request_aware")

@@ -1,4 +1,4 @@
-"""Scheduling throughput with the real kube-scheduler (issue 16): what an extender costs it.
+"""Scheduling throughput with the real kube-scheduler: what an extender costs it.
 
 A real etcd and kube-apiserver on loopback (the e2e harness, tests/e2e/cluster.py), N Node
 objects without kubelets (allocatable set, the not-ready taint removed), and bursts of pods
@@ -46,7 +46,7 @@ share of the machine's CPUs busy while pods were being scheduled (/proc/stat: ne
 burst was bound by CPU), and for joulesched with the bind verb the milliseconds a pod its
 decisions waited for an earlier pod's binding (``joulesched_extender_bind_wait_seconds_total``).
 
-``--outage`` measures instead what the backlog gets while extenders fail (issue 16, item 5):
+``--outage`` measures instead what the backlog gets while extenders fail:
 half the nodes at a clean site, half at a coal-grid one, and (a) two extender replicas
 behind a round-robin TCP proxy (standing in for the Service: each new connection goes to the
 next replica; the dead one stays in the rotation, as it does until its endpoint is removed),

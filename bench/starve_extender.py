@@ -54,6 +54,8 @@ def start(variant: str, a: argparse.Namespace, tmp: Path, port: int) -> subproce
     if variant == "gthread":
         config["server"] = {"worker": "gthread", "threads": a.threads, "keepalive_seconds": a.keepalive}
     elif variant == "main":
+        if not a.main:
+            raise SystemExit("the main variant runs the previous release: give its checkout with --main DIR")
         checkout = Path(a.main)
     elif variant != "buffered":
         raise SystemExit(f"unknown variant {variant!r}")
@@ -196,7 +198,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--chunk-liars", type=int, default=4)
     p.add_argument("--threads", type=int, default=32, help="threads per worker of the gthread variant")
     p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive seconds of the gthread variant")
-    p.add_argument("--main", default="/work/main", help="checkout of the main variant")
+    p.add_argument("--main", help="checkout of the previous release (the main variant needs it)")
     p.add_argument("--out", help="write the figures as JSON here")
     a = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="joulesched-starve-"))

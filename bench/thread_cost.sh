@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The extender worker's CPU and context switches, thread by thread, over each burst of
-# bench/sched_throughput.py (issue 16: where the CPU a pod goes, and how often each thread
+# bench/sched_throughput.py (where the CPU a pod goes, and how often each thread
 # wakes for it). Reads /proc/<worker>/task/<tid>/{stat,status} when each burst's
 # kube-scheduler starts and until it stops, and the extender's /metrics then (requests,
 # connections and bind waits: totals since that extender started, one per --nodes value).

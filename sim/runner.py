@@ -319,7 +319,7 @@ def comparison(runs: Mapping[str, PolicyRun], baseline: str = "default") -> dict
 
 
 def targets(compare: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
-    """The issue's targets, checked (never forced): energy ≥ 15 % with makespan ≤ +5 %; carbon ≥ 25 %."""
+    """The placement targets, checked (never forced): energy ≥ 15 % with makespan ≤ +5 %; carbon ≥ 25 %."""
     out: dict[str, dict[str, Any]] = {}
     if "energy" in compare:
         c = compare["energy"]

@@ -1,4 +1,4 @@
-"""Hostile input (issue 14): one request must not poison later ones, crash a worker or forge logs."""
+"""Hostile input: one request must not poison later ones, crash a worker or forge logs."""
 
 from __future__ import annotations
 

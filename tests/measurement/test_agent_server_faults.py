@@ -1,4 +1,4 @@
-"""The agent's HTTP server under hostile or broken clients, in-process on loopback (issue 12).
+"""The agent's HTTP server under hostile or broken clients, in-process on loopback.
 
 Raw sockets send what urllib will not: malformed Content-Length, invalid UTF-8, JSON nested
 30,000 deep, a 10 MB body without a token, hundreds of idle connections.

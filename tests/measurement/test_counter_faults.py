@@ -1,4 +1,4 @@
-"""Counter faults on a replica powercap tree: no energy invented, none dropped unseen (issue 12).
+"""Counter faults on a replica powercap tree: no energy invented, none dropped unseen.
 
 Each case drives one package zone through a fault and compares the meter's total with the truth
 (the energy the replica really added). A wrap is believed only when it fits the counter's range

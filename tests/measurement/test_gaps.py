@@ -1,4 +1,4 @@
-"""The gap rule of docs/agent.md, every length, with load changes inside the gap (issue 12).
+"""The gap rule of docs/agent.md, every length, with load changes inside the gap.
 
 A node whose true power is P = 100 W + 50 W per busy core, read by a BMC-like power zone or a
 RAPL counter on a replica powercap tree, CPU time from a replica /proc/stat. The zone is

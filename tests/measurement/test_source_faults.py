@@ -1,4 +1,4 @@
-"""Source faults (issue 12): a silent BMC stalls nothing, a failed source is retried with backoff,
+"""Source faults: a silent BMC stalls nothing, a failed source is retried with backoff,
 every failure is visible in /metrics and /readyz, and the power gauge tells the truth.
 
 The BMC is the Redfish mockup of tests/measurement/sources on loopback (``silent``: it takes the

@@ -1,4 +1,4 @@
-"""Open windows survive an agent restart through server.state_dir, or say what they lost (issue 12)."""
+"""Open windows survive an agent restart through server.state_dir, or say what they lost."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""IPMI failures name the configured address and the real cause, with the real tools (issue 12).
+"""IPMI failures name the configured address and the real cause, with the real tools.
 
 A wrong password, a user the BMC does not know and a BMC that does not answer each get their own
 message from ipmitool and FreeIPMI alike, naming the configured port (never a fixed 623); a meter
