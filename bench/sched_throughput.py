@@ -46,6 +46,13 @@ share of the machine's CPUs busy while pods were being scheduled (/proc/stat: ne
 burst was bound by CPU), and for joulesched with the bind verb the milliseconds a pod its
 decisions waited for an earlier pod's binding (``joulesched_extender_bind_wait_seconds_total``).
 
+``--extender-cpus 1`` runs the extenders on CPU 1 and everything else (etcd, kube-apiserver,
+each kube-scheduler, this script) on the other CPUs, as in a cluster where the extender's
+Deployment runs on a node of its own rather than beside the control plane (deploy/ gives it
+no toleration for control-plane taints); ``control_plane_busy`` is then the share of those
+other CPUs busy over the burst. Without it every process shares every CPU, and an extender's
+CPU is taken from kube-apiserver's and kube-scheduler's.
+
 ``--outage`` measures instead what the backlog gets while extenders fail:
 half the nodes at a clean site, half at a coal-grid one, and (a) two extender replicas
 behind a round-robin TCP proxy (standing in for the Service: each new connection goes to the
@@ -219,13 +226,54 @@ def cpu_seconds(pid: int) -> float:
     return total / CLK_TCK
 
 
-def cpu_times() -> tuple[float, float]:
-    """(busy, total) jiffies of all CPUs since boot (/proc/stat; iowait counts as idle)."""
+def cpu_times(cpus: set[int] | None = None) -> tuple[float, float]:
+    """(busy, total) jiffies since boot of ``cpus``, or of all CPUs (/proc/stat; iowait counts as idle)."""
+    busy = total = 0
     with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
-    idle = values[3] + values[4]
-    total = sum(values)
-    return total - idle, total
+        for line in f:
+            name, *fields = line.split()
+            if not name.startswith("cpu"):
+                break
+            if (cpus is None) != (name == "cpu") or (cpus is not None and int(name[3:]) not in cpus):
+                continue
+            values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            busy += sum(values) - values[3] - values[4]
+            total += sum(values)
+    return busy, total
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it now alive."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` and of the processes below it onto ``cpus``.
+
+    Twice over: a thread started while the first pass ran may have inherited the old set.
+    Threads and processes started later inherit the new one.
+    """
+    for _ in range(2):
+        for p in descendants(pid):
+            try:
+                tasks = os.listdir(f"/proc/{p}/task")
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    os.sched_setaffinity(int(task), cpus)
+                except OSError:
+                    pass  # the thread has ended
 
 
 class ConstExtender(ManagedProcess):
@@ -320,6 +368,9 @@ class Burst:
     # after which kube-scheduler (ignorable) binds the pod itself and gets 409 when the
     # extender's binding went through; such a pod is bound but never counted as scheduled
     errors: float = 0.0
+    # --extender-cpus: the share of the other CPUs (etcd's, kube-apiserver's, kube-scheduler's
+    # and this script's) busy over the same span as machine_busy
+    control_plane_busy: float | None = None
 
 
 def run_burst(
@@ -335,6 +386,7 @@ def run_burst(
     selector: dict[str, str],
     cap_s: float,
     rnd: int,
+    control_plane_cpus: set[int] | None = None,
 ) -> Burst:
     name = f"b{uuid.uuid4().hex[:8]}"
     namespace = cp.create_namespace(name)
@@ -361,6 +413,7 @@ def run_burst(
         last = (time.monotonic(), 0.0)
         counts: dict[str, float] = {}
         busy0 = busy1 = cpu_times()
+        cp_busy0 = cp_busy1 = cpu_times(control_plane_cpus) if control_plane_cpus else None
         deadline = time.monotonic() + cap_s + 30  # + start-up
         while time.monotonic() < deadline:
             time.sleep(0.2)
@@ -372,9 +425,11 @@ def run_burst(
             now = time.monotonic()
             last = (now, count)
             busy1 = cpu_times()
+            if control_plane_cpus:
+                cp_busy1 = cpu_times(control_plane_cpus)
             if first is None and count > 0:
                 first = (now, count)
-                busy0 = busy1
+                busy0, cp_busy0 = busy1, cp_busy1
                 deadline = now + cap_s
             if count >= pods:
                 break
@@ -414,6 +469,8 @@ def run_burst(
         round(api1 - api0, 2),
         round(etcd1 - etcd0, 2),
         counts.get("error", 0.0),
+        None if cp_busy0 is None or cp_busy1 is None or cp_busy1[1] <= cp_busy0[1]
+        else round((cp_busy1[0] - cp_busy0[0]) / (cp_busy1[1] - cp_busy0[1]), 3),
     )
 
 
@@ -421,6 +478,10 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
     results: list[Burst] = []
     const = ConstExtender(work)
     const_bind = ConstExtender(work, cp) if "const-bind" in args.contenders else None
+    if args.extender_cpus:
+        for proc in (const, const_bind):
+            if proc is not None:
+                pin(proc.pid, args.extender_cpus)
     try:
         for n in args.nodes:
             tag = uuid.uuid4().hex[:6]
@@ -437,6 +498,9 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                 )
                 for keeps in sorted({FILTER_KEEPS_OF[c] for c in args.contenders if c in FILTER_KEEPS_OF})
             }
+            if args.extender_cpus:
+                for proc in (ext, *keeping.values()):
+                    pin(proc.pid, args.extender_cpus)
             try:
                 for qps in args.qps:
                     for pct in args.pct:
@@ -464,6 +528,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                     selector=selector,
                                     cap_s=args.cap,
                                     rnd=rnd,
+                                    control_plane_cpus=args.control_plane_cpus,
                                 )
                                 results.append(b)
                                 print(json.dumps(asdict(b)), flush=True)
@@ -526,7 +591,11 @@ def summarise(results: list[Burst]) -> list[str]:
                 else "–"
                 for b in mine
             )
-            busy = ", ".join("–" if b.machine_busy is None else f"{b.machine_busy:.0%}" for b in mine)
+            busy = ", ".join(
+                ("–" if b.machine_busy is None else f"{b.machine_busy:.0%}")
+                + ("" if b.control_plane_busy is None else f" (control plane's {b.control_plane_busy:.0%})")
+                for b in mine
+            )
             waited = ", ".join("–" if b.bind_wait_ms_per_pod is None else f"{b.bind_wait_ms_per_pod:.2f}" for b in mine)
             lines.append(
                 f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {sched} | {api} | {busy} | {waited} | "
@@ -752,8 +821,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a setting of joulesched's extender over deploy/'s config (dotted key, YAML value), e.g. bind.wait_seconds=0",
     )
+    p.add_argument(
+        "--extender-cpus",
+        metavar="LIST",
+        help="run the extenders on these CPUs (e.g. 1) and etcd, kube-apiserver, kube-scheduler and this"
+        " script on the others, as where the extender runs on a node of its own",
+    )
     p.add_argument("--out", help="write OUT.json and OUT.txt")
     args = p.parse_args(argv)
+    args.control_plane_cpus = None
+    if args.extender_cpus:
+        mine = os.sched_getaffinity(0)
+        try:
+            args.extender_cpus = {int(c) for c in args.extender_cpus.split(",")}
+        except ValueError:
+            p.error(f"--extender-cpus {args.extender_cpus!r}: a comma-separated list of CPU numbers expected, e.g. 1")
+        if not args.extender_cpus < mine:
+            p.error(
+                f"--extender-cpus {sorted(args.extender_cpus)}: must be some but not all of the CPUs this"
+                f" script may use, {sorted(mine)}"
+            )
+        if args.outage:
+            p.error("--extender-cpus applies to the throughput runs, not to --outage")
+        args.control_plane_cpus = mine - args.extender_cpus
     if args.set and args.outage:
         p.error("--set applies to the throughput runs, not to --outage")
     for setting in args.set:
@@ -780,6 +870,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     work = Path(tempfile.mkdtemp(prefix="joulesched-sched-bench-"))
+    if args.control_plane_cpus:
+        os.sched_setaffinity(0, args.control_plane_cpus)  # etcd, kube-apiserver and each kube-scheduler inherit it
     cp = ControlPlane(
         Path(bin_dir),
         work / "cluster",
@@ -800,7 +892,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = [
         f"# {' '.join(['bench/sched_throughput.py', *(argv if argv is not None else sys.argv[1:])])}",
         f"# started {started}; load average at start {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; at the end: {uptime}",
-        f"# {os.cpu_count()} CPUs; work dir {work}",
+        f"# {os.cpu_count()} CPUs; work dir {work}"
+        + (
+            f"; extenders on CPUs {sorted(args.extender_cpus)}, the rest on {sorted(args.control_plane_cpus)}"
+            if args.extender_cpus
+            else ""
+        ),
     ]
     text = "\n".join(header + lines) + "\n"
     print(text)
