@@ -205,18 +205,9 @@ def bind_waits(url: str) -> tuple[float, float]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime+stime of ``pid`` and its children now alive (gunicorn's master and workers)."""
-    pids = [pid]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        pids.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
+    """utime+stime of ``pid`` and the processes below it now alive (gunicorn's master and workers)."""
     total = 0
-    for p in pids:
+    for p in descendants(pid):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -234,12 +225,20 @@ def cpu_times(cpus: set[int] | None = None) -> tuple[float, float]:
             name, *fields = line.split()
             if not name.startswith("cpu"):
                 break
-            if (cpus is None) != (name == "cpu") or (cpus is not None and int(name[3:]) not in cpus):
+            wanted = name == "cpu" if cpus is None else name != "cpu" and int(name[3:]) in cpus
+            if not wanted:
                 continue
             values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
             busy += sum(values) - values[3] - values[4]
             total += sum(values)
     return busy, total
+
+
+def busy_share(before: tuple[float, float], after: tuple[float, float] | None) -> float | None:
+    """The share of the CPU time between two :func:`cpu_times` readings that was busy."""
+    if after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]), 3)
 
 
 def descendants(pid: int) -> list[int]:
@@ -448,7 +447,6 @@ def run_burst(
         rate = (last[1] - first[1]) / seconds
     ext_cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
     per_pod = None if ext_cpu is None or not scheduled else 1000 * ext_cpu / scheduled
-    span = busy1[1] - busy0[1]
     return Burst(
         nodes,
         qps,
@@ -463,14 +461,13 @@ def run_burst(
         None if per_pod is None else round(per_pod, 2),
         round(sched_cpu, 2),
         scheduled >= pods,
-        round((busy1[0] - busy0[0]) / span, 3) if span > 0 else None,
+        busy_share(busy0, busy1),
         None if waits0 is None or waits1 is None else waits1[0] - waits0[0],
         None if waits0 is None or waits1 is None or not scheduled else round(1000 * (waits1[1] - waits0[1]) / scheduled, 3),
         round(api1 - api0, 2),
         round(etcd1 - etcd0, 2),
         counts.get("error", 0.0),
-        None if cp_busy0 is None or cp_busy1 is None or cp_busy1[1] <= cp_busy0[1]
-        else round((cp_busy1[0] - cp_busy0[0]) / (cp_busy1[1] - cp_busy0[1]), 3),
+        None if cp_busy0 is None else busy_share(cp_busy0, cp_busy1),
     )
 
 
