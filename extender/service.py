@@ -123,7 +123,7 @@ class Extender:
             observed = snap.owner_cores.get(owner) if owner is not None else None
             if observed is not None and observed > 0:
                 demand = demand.with_observed_cpu(observed)
-        rows = np.array(list(map(index.get, args.node_names, repeat(-1))), dtype=np.intp)
+        rows = np.fromiter(map(index.get, args.node_names, repeat(-1)), dtype=np.intp, count=len(args.node_names))
         if own is not None and own.node in index:
             # A pod asked about again (a retry, or explain after prioritize) is not its own load.
             pred_cores, pred_gpus = pred_cores.copy(), pred_gpus.copy()

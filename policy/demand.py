@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, DecimalException
+from functools import lru_cache
 from typing import Any
 
 from joulesched.policy.errors import PolicyError
@@ -67,6 +68,24 @@ def short(value: Any, limit: int = 40) -> str:
     return repr(value)
 
 
+@lru_cache(maxsize=1024)
+def _quantity_text(value: str) -> float:
+    """The number a quantity string (at most ``MAX_QUANTITY_CHARS``) stands for, unchecked against bounds.
+
+    Memoised: a cluster's pods ask for a few dozen distinct quantities ("500m", "1Gi"), each
+    parsed with Decimal once instead of on every request. An error is raised, never kept, and
+    says what is wrong but not where: :func:`parse_quantity` adds the field.
+    """
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise QuantityError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
+    number, suffix = match.groups()
+    try:
+        return float(Decimal(number) * _SUFFIX[suffix or ""])
+    except (DecimalException, OverflowError) as err:
+        raise QuantityError(f"{value!r} is out of range") from err
+
+
 def parse_quantity(value: Any, where: str, maximum: float = math.inf) -> float:
     """Parse a Kubernetes resource quantity (``"500m"``, ``"2"``, ``"1Gi"``, ``"1e3"``, 4).
 
@@ -78,16 +97,12 @@ def parse_quantity(value: Any, where: str, maximum: float = math.inf) -> float:
     if isinstance(value, (int, float)):
         result = float(value)
     elif isinstance(value, str):
-        if len(value) > MAX_QUANTITY_CHARS:
+        if len(value) > MAX_QUANTITY_CHARS:  # before the memo, which would hash it
             raise QuantityError(f"{where}: a quantity of {len(value)} characters is not a Kubernetes quantity")
-        match = _QUANTITY.match(value.strip())
-        if match is None:
-            raise QuantityError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
-        number, suffix = match.groups()
         try:
-            result = float(Decimal(number) * _SUFFIX[suffix or ""])
-        except (DecimalException, OverflowError) as err:
-            raise QuantityError(f"{where}: {value!r} is out of range") from err
+            result = _quantity_text(value)
+        except QuantityError as err:
+            raise QuantityError(f"{where}: {err}") from err.__cause__
     else:
         raise QuantityError(f"{where}: must be a quantity string, got {type(value).__name__}")
     if not math.isfinite(result):

@@ -60,8 +60,10 @@ def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:
     # of range); frac stays NaN, so a NaN utilisation still gives a NaN power, never a crash.
     lo = np.minimum(np.fmax(x, 0.0).astype(np.intp), CURVE_POINTS - 2)
     frac = x - lo
-    rows = np.arange(curve.shape[0])
-    left = curve[rows, lo]
-    right = curve[rows, lo + 1]
+    # Row r's point k is element 11·r + k of the flattened curves: one flat gather a side.
+    at = lo + np.arange(0, curve.size, CURVE_POINTS)
+    points = curve.reshape(-1)
+    left = points[at]
+    right = points[at + 1]
     power: np.ndarray = left + (right - left) * frac + np.maximum(u - 1.0, 0.0) * curve[:, CURVE_POINTS - 1]
     return power

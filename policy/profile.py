@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
@@ -453,3 +454,18 @@ class NodeArrays:
     @property
     def held_until(self) -> np.ndarray:
         return self.column("held_until")
+
+    # Facts about the whole set that every evaluation asks, worked out once per set (the
+    # arrays are read-only, so they cannot go stale).
+
+    @cached_property
+    def any_gpus(self) -> bool:
+        """Whether some node has GPUs (every row's GPU columns are 0 otherwise)."""
+        return bool((self.gpu_count > 0).any())
+
+    @cached_property
+    def idle_classes(self) -> tuple[bool, bool]:
+        """(some profile says its idle power can be avoided, some profile does not say: NaN)."""
+        column = self.idle_avoidable
+        unset = np.isnan(column)
+        return bool(column[~unset].any()), bool(unset.any())

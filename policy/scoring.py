@@ -25,6 +25,7 @@ The model (docs/policy.md has the derivation and a worked example):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 
@@ -153,7 +154,7 @@ def normalise(cost: np.ndarray, eligible: np.ndarray, band: float, best: float |
     least = float(c.min())
     if best is None or not np.isfinite(best) or best > least:
         best = least
-    scale = best if best > 0 else float(c.mean())
+    scale = best if best > 0 else float(c.sum() / c.size)  # the mean, without np.mean's dispatch
     if scale <= 0 or not np.isfinite(scale):
         scores[eligible] = MAX_SCORE
         return scores
@@ -202,9 +203,6 @@ def evaluate(
         """``values`` (aligned with the costed rows) aligned with the request's rows."""
         return values[r] if cluster_scale else values
 
-    def take(values: np.ndarray) -> np.ndarray:
-        return align(values) if all_known else np.where(known, align(values), np.nan)
-
     fresh = known & align(whole.fresh)
     failed = known & align(whole.failed)
     cost = align(whole.cost)
@@ -217,28 +215,36 @@ def evaluate(
     eligible &= ~saturated
     # A CPU-only pod on a GPU server keeps the most power-hungry servers on and takes room
     # that GPU work needs: while a CPU node in the request has room, GPU nodes score 0.
-    reserved = _demote(eligible, align(whole.gpu_node)) if whole.reserve else np.zeros(m, dtype=bool)
+    reserved = _demote(eligible, align(whole.gpu_node)) if whole.reserve and whole.gpu_node is not None else np.zeros(m, dtype=bool)
     eligible &= ~reserved
     best = whole.best if cluster_scale else None
     scores = normalise(cost, eligible, cfg.band, best=best)
     scores[~fresh] = cfg.neutral_score
     scores[failed] = 0
 
+    # The per-node figures, aligned with the request's rows; NaN for a node without a profile.
+    figures: tuple[np.ndarray, ...] = (whole.u0, whole.u1, whole.watts_before, whole.marginal, whole.runtime, whole.idle_energy,
+                                       whole.energy, whole.carbon, whole.cost, whole.projected)  # fmt: skip
+    if cluster_scale:
+        figures = tuple(values[r] for values in figures)
+    if not all_known:
+        figures = tuple(np.where(known, values, np.nan) for values in figures)
+    u0, u1, watts_before, marginal, runtime, idle_energy, energy, carbon, cost_taken, projected = figures
     return Evaluation(
         known=known,
         fresh=fresh,
-        utilisation_before=take(whole.u0),
-        utilisation_after=take(whole.u1),
-        node_watts_before=take(whole.watts_before),
-        marginal_watts=take(whole.marginal),
-        runtime_seconds=take(whole.runtime),
-        idle_energy_joules=take(whole.idle_energy),
-        energy_joules=take(whole.energy),
-        carbon_grams=take(whole.carbon),
-        cost=take(whole.cost),
+        utilisation_before=u0,
+        utilisation_after=u1,
+        node_watts_before=watts_before,
+        marginal_watts=marginal,
+        runtime_seconds=runtime,
+        idle_energy_joules=idle_energy,
+        energy_joules=energy,
+        carbon_grams=carbon,
+        cost=cost_taken,
         scores=scores,
         failed=failed,
-        projected_watts=take(whole.projected),
+        projected_watts=projected,
         saturated=saturated,
         reserved=reserved,
     )
@@ -252,9 +258,12 @@ def _demote(eligible: np.ndarray, flagged: np.ndarray) -> np.ndarray:
     return np.zeros(eligible.shape, dtype=bool)
 
 
-@dataclass(frozen=True)
-class _Costs:
-    """The pod costed on a set of profile rows (arrays aligned with them)."""
+class _Costs(NamedTuple):
+    """The pod costed on a set of profile rows (arrays aligned with them).
+
+    A tuple, not a frozen dataclass: built once a request, where a frozen dataclass's
+    sixteen guarded assignments cost more than a tenth of a 100-node evaluation.
+    """
 
     fresh: np.ndarray
     failed: np.ndarray
@@ -269,7 +278,7 @@ class _Costs:
     cost: np.ndarray
     projected: np.ndarray
     saturating: np.ndarray  # the pod would push the node past its cores
-    gpu_node: np.ndarray  # the node has GPUs (meaningful for a CPU-only pod)
+    gpu_node: np.ndarray | None  # the node has GPUs (None: no node of the set has)
     reserve: bool  # cfg.reserve_gpu_nodes applies to this pod
     best: float  # the least cost over the rows that could be chosen (NaN: none; computed over every node only)
 
@@ -300,13 +309,23 @@ def _costs(
     n = table.shape[0]
     fresh = ~(now - updated > cfg.max_age_seconds)  # NaN timestamps: static profiles are always fresh
 
-    u0 = u_measured if predicted_cores is None else np.maximum(u_measured + predicted_cores / cores, 0.0)
-    u1 = u0 + pod.cpu_cores / cores
-    p_measured, p0, p1 = curve_power(curve, np.stack((u_measured, u0, u1)))
+    # The utilisation measured, with the predicted pods (u0) and with this pod too (u1), written
+    # into one array for one pass over the curves.
+    u = np.empty((3, n))
+    u[0] = u_measured
+    if predicted_cores is None:
+        u[1] = u_measured
+    else:
+        np.maximum(u_measured + predicted_cores / cores, 0.0, out=u[1])
+    np.add(u[1], pod.cpu_cores / cores, out=u[2])
+    u0, u1 = u[1], u[2]
+    p_measured, p0, p1 = curve_power(curve, u)
     cpu_dw = p1 - p0
 
-    has_gpus = gpu_count > 0
-    if pod.gpus > 0 or has_gpus.any():
+    # The set's facts decide which terms apply (NodeArrays.any_gpus, idle_classes): a term that
+    # applies to no node of the set is left out rather than computed as zeros.
+    has_gpus = gpu_count > 0 if nodes.any_gpus else None
+    if pod.gpus > 0 or has_gpus is not None:
         gpu_span = gpu_max - gpu_idle
         gpu_busy = gpu_util * gpu_count
         if predicted_gpus is not None:
@@ -325,8 +344,8 @@ def _costs(
 
     base_runtime = pod.runtime_seconds if pod.runtime_seconds is not None else cfg.reference_runtime_seconds
     runtime = base_runtime / speed
-    avoidable = _avoidable(idle_avoidable, cfg)
-    if avoidable.any():
+    avoidable = _avoidable(idle_avoidable, cfg) if idle_power_avoidable(nodes, cfg) else None
+    if avoidable is not None and avoidable.any():
         idle_energy = _unavoidable_idle_joules(
             curve[:, 0] + gpu_count * gpu_idle, runtime, avoidable, held_profile if held_until is None else held_until, now
         )
@@ -349,13 +368,13 @@ def _costs(
         failed = np.zeros(n, dtype=bool)
 
     saturating = u1 > 1.0 + 1e-9 if pod.cpu_cores > 0 else np.zeros(n, dtype=bool)
-    reserve = cfg.reserve_gpu_nodes and pod.gpus == 0 and bool(has_gpus.any())
+    reserve = cfg.reserve_gpu_nodes and pod.gpus == 0 and has_gpus is not None and bool(has_gpus.any())
     best = float("nan")
     if over is None:  # the best node of the cluster, by the same rules as the candidates
         choosable = fresh & ~failed & np.isfinite(cost)
         if cfg.avoid_saturation:
             choosable &= ~_demote(choosable, saturating)
-        if reserve:
+        if reserve and has_gpus is not None:
             choosable &= ~_demote(choosable, has_gpus)
         if choosable.any():
             best = float(cost[choosable].min())
@@ -389,7 +408,8 @@ def idle_power_avoidable(nodes: NodeArrays, cfg: PolicyConfig) -> bool:
     """Whether any profiled node's idle power can be avoided, so that the pods holding nodes
     (``held_until``) count in :func:`evaluate`; where none can, they do not (an always-on
     cluster), and a caller need not work them out."""
-    return bool(_avoidable(nodes.idle_avoidable, cfg).any()) if len(nodes) else False
+    explicit, unset = nodes.idle_classes
+    return explicit or (unset and cfg.idle_power in AVOIDABLE_IDLE)
 
 
 def _unavoidable_idle_joules(

@@ -93,6 +93,18 @@ def test_parse_quantity_rejects_garbage_naming_the_field(text: object) -> None:
         parse_quantity(text, "Pod.x")
 
 
+def test_parse_quantity_remembers_values_not_errors_or_bounds() -> None:
+    # Quantity strings are parsed once and remembered; a bad one fails every time, naming the
+    # field of that call, and a remembered value is still held to each call's bound.
+    for where in ("Pod.a", "Pod.b"):
+        with pytest.raises(PolicyError, match=rf"^{where}: 'two' is not a Kubernetes quantity"):
+            parse_quantity("two", where)
+    assert parse_quantity("3", "Pod.c") == 3.0
+    with pytest.raises(PolicyError, match=r"^Pod\.d: '3' is over the physical maximum of 2"):
+        parse_quantity("3", "Pod.d", maximum=2.0)
+    assert parse_quantity(" 3", "Pod.e") == 3.0
+
+
 def pod(containers: list[dict], **spec: object) -> dict:
     return {"metadata": {"name": "p"}, "spec": {"containers": containers, **spec}}
 

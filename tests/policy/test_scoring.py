@@ -253,6 +253,35 @@ def test_idle_power_avoidable_says_whether_pods_holding_nodes_can_count() -> Non
         np.testing.assert_array_equal(getattr(with_held, f.name), getattr(without, f.name))
 
 
+@pytest.mark.parametrize("pod", [PodDemand(4.0), PodDemand(4.0, gpus=1)], ids=["CPU pod", "GPU pod"])
+@pytest.mark.parametrize("scale", ["request", "cluster"])
+def test_a_term_left_out_for_the_set_is_the_zero_it_would_compute(pod: PodDemand, scale: str) -> None:
+    # A set without GPUs, or without a node whose idle power can be avoided, leaves those terms
+    # out (NodeArrays.any_gpus, idle_classes). Each request's nodes in a cluster that has them
+    # elsewhere must cost, bit for bit, what the same nodes cost as a set of their own, where the
+    # terms are left out; and where the request holds such a node, the terms apply.
+    gpu = GpuProfile(count=4, idle_watts=60.0, max_watts=700.0)
+    cluster = [
+        node("epyc", utilisation=0.3, measured_watts=150.0, power_cap_watts=400.0, held_until=900.0),
+        node("xeon", XEON, cores=80.0, utilisation=0.6, updated=990.0),
+        node("gpu", XEON, gpus=gpu, held_until=5000.0),
+        node("autoscaled", idle_power="autoscaled", held_until=0.0),
+    ]
+    cfg = PolicyConfig(score_scale=scale)
+    predicted = np.array([2.0, 0.0, 1.0, 0.0])
+    for picked in ([0, 1], [1, 0], [0, 2], [3, 1], [2, 3, 0]):
+        whole = evaluate(NodeArrays.build(cluster), np.array(picked), pod, cfg, 1000.0, predicted_cores=predicted, predicted_gpus=predicted)
+        alone = NodeArrays.build([cluster[i] for i in picked])
+        rows = np.arange(len(picked))
+        own = evaluate(alone, rows, pod, cfg, 1000.0, predicted_cores=predicted[picked], predicted_gpus=predicted[picked])
+        for f in fields(whole):
+            if scale == "cluster" and f.name == "scores":
+                continue  # relative to a best over a different set
+            np.testing.assert_array_equal(getattr(whole, f.name), getattr(own, f.name), err_msg=f"{picked}: {f.name}")
+        assert (own.idle_energy_joules > 0).any() == (3 in picked)
+        assert (own.node_watts_before > [cluster[i].power_curve_watts[-1] for i in picked]).any() == (2 in picked)  # GPUs on
+
+
 def test_a_busy_node_beats_an_empty_efficient_one_when_idle_is_avoidable() -> None:
     # The empty EPYC would be cheaper on marginal power alone; once its idle power counts, the
     # Xeon that is on anyway for its pods is the cheaper place, as bin-packing would choose.
