@@ -159,8 +159,8 @@ class PredictedLoad:
 def _same_array(kept: object, given: np.ndarray) -> bool:
     """The same array, or another view of the same column of the same table.
 
-    The profiles hand out each column as a fresh view of one table on every call (NodeArrays),
-    so identity alone would never match.
+    A profile set hands out each named column as one view, the same every time
+    (NodeArrays); another view of that column (``NodeArrays.column``) matches too.
     """
     if kept is given:
         return True

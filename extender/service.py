@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from itertools import repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,7 @@ class Extender:
         if kept is None:
             return None
         kept_inputs, d = kept
-        if not 0 <= now - d.at <= CYCLE_SECONDS or any(a is not b for a, b in zip(inputs, kept_inputs, strict=True)):
+        if not 0 <= now - d.at <= CYCLE_SECONDS or not all(map(is_, inputs, kept_inputs)):
             return None
         if args.pod != d.args.pod:
             return None

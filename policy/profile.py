@@ -339,7 +339,8 @@ class NodeArrays:
     Row ``i`` describes ``names[i]``; ``index`` maps a node name to its row. ``table`` holds
     every per-node number (columns in ``COLUMNS``; NaN where a profile has no measurement,
     cap or timestamp) and ``curve`` the 11-point power curves; the named attributes are
-    read-only views of the table's columns.
+    read-only views of the table's columns, each made once per set (the same object every
+    time it is asked for).
     """
 
     names: tuple[str, ...]
@@ -395,63 +396,63 @@ class NodeArrays:
         table.setflags(write=False)
         return NodeArrays(self.names, self.index, self.curve, table)
 
-    @property
+    @cached_property
     def cores(self) -> np.ndarray:
         return self.column("cores")
 
-    @property
+    @cached_property
     def utilisation(self) -> np.ndarray:
         return self.column("utilisation")
 
-    @property
+    @cached_property
     def speed(self) -> np.ndarray:
         return self.column("speed")
 
-    @property
+    @cached_property
     def pue(self) -> np.ndarray:
         return self.column("pue")
 
-    @property
+    @cached_property
     def carbon_intensity(self) -> np.ndarray:
         return self.column("carbon_intensity")
 
-    @property
+    @cached_property
     def measured_watts(self) -> np.ndarray:
         return self.column("measured_watts")
 
-    @property
+    @cached_property
     def power_cap_watts(self) -> np.ndarray:
         return self.column("power_cap_watts")
 
-    @property
+    @cached_property
     def updated(self) -> np.ndarray:
         return self.column("updated")
 
-    @property
+    @cached_property
     def gpu_count(self) -> np.ndarray:
         return self.column("gpu_count")
 
-    @property
+    @cached_property
     def gpu_idle_watts(self) -> np.ndarray:
         return self.column("gpu_idle_watts")
 
-    @property
+    @cached_property
     def gpu_max_watts(self) -> np.ndarray:
         return self.column("gpu_max_watts")
 
-    @property
+    @cached_property
     def gpu_speed(self) -> np.ndarray:
         return self.column("gpu_speed")
 
-    @property
+    @cached_property
     def gpu_utilisation(self) -> np.ndarray:
         return self.column("gpu_utilisation")
 
-    @property
+    @cached_property
     def idle_avoidable(self) -> np.ndarray:
         return self.column("idle_avoidable")
 
-    @property
+    @cached_property
     def held_until(self) -> np.ndarray:
         return self.column("held_until")
 

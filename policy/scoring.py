@@ -80,11 +80,10 @@ class Evaluation:
         measurements (scored neutral) outranks every fresh one (e.g. a GPU pod on fresh nodes
         short of GPUs, which score 0).
         """
+        # Scores are 0..10: -1 stands for "no such node" in the maxima.
         ok = self.fresh & ~self.failed
-        if not ok.any():
-            return None
-        top_score = self.scores[ok].max()
-        if (self.scores[~self.failed & ~self.fresh] > top_score).any():
+        top_score = self.scores.max(where=ok, initial=-1)
+        if top_score < 0 or self.scores.max(where=~(self.failed | self.fresh), initial=-1) > top_score:
             return None
         top: np.ndarray = ok & (self.scores == top_score)
         return top

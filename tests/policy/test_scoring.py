@@ -253,6 +253,19 @@ def test_idle_power_avoidable_says_whether_pods_holding_nodes_can_count() -> Non
         np.testing.assert_array_equal(getattr(with_held, f.name), getattr(without, f.name))
 
 
+def test_a_sets_columns_and_facts_are_made_once_and_follow_its_copies() -> None:
+    # Callers key caches on a column's identity (the ledger's per-row arrays): the same set
+    # hands out the same read-only view; a copy with new columns has its own views and facts.
+    arrays = NodeArrays.build([node("a", updated=5.0), node("b", idle_power="autoscaled")])
+    assert arrays.updated is arrays.updated and not arrays.updated.flags.writeable
+    np.testing.assert_array_equal(arrays.updated, arrays.column("updated"))
+    assert arrays.idle_classes == (True, True) and not arrays.any_gpus
+    live = arrays.with_columns(updated=7.0, idle_avoidable=0.0, gpu_count=np.array([0.0, 2.0]))
+    assert live.updated is not arrays.updated and list(live.updated) == [7.0, 7.0]
+    assert live.idle_classes == (False, False) and live.any_gpus
+    assert list(arrays.updated[:1]) == [5.0] and arrays.idle_classes == (True, True)
+
+
 @pytest.mark.parametrize("pod", [PodDemand(4.0), PodDemand(4.0, gpus=1)], ids=["CPU pod", "GPU pod"])
 @pytest.mark.parametrize("scale", ["request", "cluster"])
 def test_a_term_left_out_for_the_set_is_the_zero_it_would_compute(pod: PodDemand, scale: str) -> None:
