@@ -85,7 +85,6 @@ class Extender:
         self._alias: tuple[int, Mapping[str, str], Mapping[str, int]] | None = None  # (version, node_servers, alias)
         # The last evaluation and what it read (see _same_cycle).
         self._cycle: tuple[tuple[object, ...], Decision] | None = None
-        self._avoidable: tuple[Snapshot, bool] | None = None  # (snapshot, any node's idle power avoidable)
 
     # -- the shared step ----------------------------------------------------------------------
 
@@ -130,7 +129,7 @@ class Extender:
             pred_cores, pred_gpus = pred_cores.copy(), pred_gpus.copy()
             pred_cores[index[own.node]] -= own.cores
             pred_gpus[index[own.node]] -= own.gpus
-        held_until = self._held_until(held, pred_cores, pred_gpus) if self._idle_avoidable(snap) else None
+        held_until = self._held_until(held, pred_cores, pred_gpus) if idle_power_avoidable(snap.arrays, self.policy) else None
         evaluation = evaluate(snap.arrays, rows, demand, self.policy, now, pred_cores, pred_gpus, held_until)
         # Kept until the next request (as ``last``): without the full Node objects, which would
         # double the memory of the next Nodes-mode request (its objects and these, at once).
@@ -160,13 +159,6 @@ class Extender:
         if passed is d.evaluation or args.node_names != [d.args.node_names[i] for i in keep.tolist()]:
             return None
         return replace(d, args=wire.ExtenderArgs(args.pod, args.node_names, None), rows=d.rows[keep], evaluation=passed)
-
-    def _idle_avoidable(self, snap: Snapshot) -> bool:
-        """Whether the profiles of ``snap`` have a node whose idle power can be avoided (cached per snapshot)."""
-        kept = self._avoidable
-        if kept is None or kept[0] is not snap:
-            kept = self._avoidable = (snap, idle_power_avoidable(snap.arrays, self.policy))
-        return kept[1]
 
     def _held_until(self, held: np.ndarray | None, pred_cores: np.ndarray, pred_gpus: np.ndarray) -> np.ndarray | None:
         """Per profile row, until when the node's pods keep it powered (None: the profiles' own).

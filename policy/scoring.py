@@ -261,7 +261,7 @@ class _Costs(NamedTuple):
     """The pod costed on a set of profile rows (arrays aligned with them).
 
     A tuple, not a frozen dataclass: built once a request, where a frozen dataclass's
-    sixteen guarded assignments cost more than a tenth of a 100-node evaluation.
+    sixteen guarded assignments cost about a tenth of a 100-node evaluation.
     """
 
     fresh: np.ndarray
