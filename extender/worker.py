@@ -11,9 +11,10 @@ one of the few threads, and kube-scheduler's calls queue behind them past their 
 blocking: the head, then ``Content-Length`` bytes of body, all within
 ``server.request_timeout_seconds`` of the connection's first byte (or of its acceptance).
 Only then does a pool thread get it, with the body already in memory, so a thread waits on the
-CPU and on no client, but for the ``NEXT_REQUEST_SECONDS`` (2 ms) after a reply in which a
-client's next request, if it comes whole, is answered by the same thread. Slow, idle and lying
-clients cost a file descriptor each until their deadline, not a thread. The rules, each
+CPU and on no client, but for the ``NEXT_REQUEST_SECONDS`` (50 ms) after a reply in which a
+client's next request, if it comes whole, is answered by the same thread, and never more than
+half of a pool's threads (at least one) wait so at once. Slow, idle and lying clients cost a
+file descriptor each until their deadline, not a thread. The rules, each
 answered with a JSON error and counted in ``joulesched_extender_failures_total{verb="http"}``:
 
 * a request not read in full by its deadline: 408, connection closed;
@@ -50,6 +51,7 @@ import select
 import selectors
 import socket
 import ssl
+import threading
 import time
 from concurrent import futures
 from functools import partial
@@ -64,7 +66,10 @@ from joulesched.extender.wire import REASONS
 
 MAX_HEAD_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
-NEXT_REQUEST_SECONDS = 0.002  # kube-scheduler's next request on a connection: 0.5–2 ms later
+# How long the thread that answered a request waits for the next one on its connection. In a
+# burst kube-scheduler's next request often comes more than 2 ms later (a prioritize after its
+# filter, a filter after a bind; docs/benchmarks.md, "Waiting longer for the next request").
+NEXT_REQUEST_SECONDS = 0.05
 RECV_BYTES = 262144  # one read from a socket
 HANDED_ON = object()  # _serve_verb's answer when the connection's next request went to the other pool
 _REASONS = {
@@ -167,6 +172,11 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         self._notified = 0.0
         # The bind verb's own threads (see enqueue_req); the pool starts its threads as needed.
         self.bind_pool = futures.ThreadPoolExecutor(config.bind_threads, thread_name_prefix="bind") if config.bind_enabled else None
+        # At most half of a pool's threads (at least one) wait for their connection's next
+        # request at a time: the rest are free for the requests the event loop reads.
+        self.waiting_slots = {self.tpool: threading.BoundedSemaphore(max(1, self.cfg.threads // 2))}
+        if self.bind_pool is not None:
+            self.waiting_slots[self.bind_pool] = threading.BoundedSemaphore(max(1, config.bind_threads // 2))
         try:
             super().run()
         finally:
@@ -473,8 +483,10 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
 
         After a reply the thread waits up to ``NEXT_REQUEST_SECONDS`` for the client's next
         request and, when what arrives is one whole verb request and nothing more, answers it
-        too: kube-scheduler's requests come a millisecond or two apart, and each hop through
-        the event loop and back costs two thread wake-ups. Anything else (nothing in time, part
+        too: in a burst kube-scheduler's requests on a connection come milliseconds apart, and
+        each hop through the event loop and back costs two thread wake-ups. It waits only while
+        fewer than half of its pool's threads (at least one) are waiting so: the others stay
+        free for the requests the event loop reads. Anything else (nothing in time, part
         of a request, more than one, a malformed or oversize head, TLS) goes back to the event
         loop with the bytes read, under its deadlines: a thread still waits on no client longer
         than that. A next request for the other pool (a bind after a decision, a decision after
@@ -490,7 +502,13 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             keep = self._answer(conn, verb, body)
             if not keep or not self.follow_up or conn.pipelined:
                 return keep  # (bytes already read after the request: the event loop's)
-            follow = self._next_request(conn)
+            slots = self.waiting_slots[self._pool(verb)]
+            if not slots.acquire(blocking=False):
+                return keep  # enough of the pool's threads wait already: the event loop's
+            try:
+                follow = self._next_request(conn)
+            finally:
+                slots.release()
             if follow is None:
                 return keep
             next_verb, body, conn.close_after = follow

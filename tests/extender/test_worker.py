@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from joulesched.extender.demo import free_port, start_extender, stop, wait_ready
-from joulesched.extender.worker import FrontBody, _body_length, _direct_verb
+from joulesched.extender.worker import NEXT_REQUEST_SECONDS, FrontBody, _body_length, _direct_verb
 from tests.extender.support import PROFILES, make_pod
 
 BODY = orjson.dumps({"Pod": make_pod(), "NodeNames": ["efficient", "hungry", "capped"]})
@@ -202,14 +202,14 @@ def test_a_kept_alive_clients_next_request_is_answered_however_it_comes(one_thre
         s.sendall(one)
         answers(s, 1)
         s.sendall(one[:40])  # the next in parts, the rest after the thread stopped waiting
-        time.sleep(0.05)
+        time.sleep(NEXT_REQUEST_SECONDS + 0.05)
         s.sendall(one[40:])
         answers(s, 1)
         s.sendall(one + one)  # two at once
         answers(s, 2)
         s.sendall(one)
         answers(s, 1)
-        time.sleep(0.05)  # late
+        time.sleep(NEXT_REQUEST_SECONDS + 0.05)  # late
         s.sendall(one)
         answers(s, 1)
         s.sendall(one)
@@ -226,6 +226,29 @@ def test_a_kept_alive_clients_next_request_is_answered_however_it_comes(one_thre
     conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
     assert prioritize(conn) == 200
     conn.close()
+
+
+def test_half_the_threads_at_most_wait_for_a_next_request(tmp_path: Path) -> None:
+    # Two threads: after A's and then B's reply, A's thread waits NEXT_REQUEST_SECONDS for A's
+    # next request, B's may not (one of two is half), so C, right behind, is answered at once.
+    # Were both waiting, C would wait until A's thread gave up: NEXT_REQUEST_SECONDS less the
+    # few milliseconds between A's reply and C's request.
+    proc, port = start(tmp_path, {"workers": 1, "threads": 2})
+    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=5) for _ in range(3)]
+    try:
+        waits = []
+        for _ in range(5):
+            time.sleep(NEXT_REQUEST_SECONDS + 0.05)  # no thread waits from the last round
+            a, b, c = conns
+            assert prioritize(a) == 200 and prioritize(b) == 200
+            started = time.monotonic()
+            assert prioritize(c) == 200
+            waits.append(time.monotonic() - started)
+        assert min(waits) < NEXT_REQUEST_SECONDS / 2, waits
+    finally:
+        for conn in conns:
+            conn.close()
+        stop(proc)
 
 
 PRIORITIZE = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
