@@ -6,7 +6,10 @@ filter and then its prioritize (``--connections`` adds parallel clients for a th
 figure). The floor is a minimal stdlib extender (ThreadingHTTPServer,
 HTTP/1.1 keep-alive, TCP_NODELAY) that decodes the request with the json module and returns
 a constant score for every node: the cost of Python over HTTP with no policy at all. The
-figures that matter are ratios measured in the same run, on the same noisy machine.
+figures that matter are ratios measured in the same run, on the same noisy machine: with one
+client the two servers are driven in turn, ``BLOCK_PODS`` pods at a time, the order swapped
+every block, so that a slow second of the machine falls on both alike (measured one after
+the other, each p99 was of a different two seconds).
 
     joulesched bench [--requests N] [--workers W] [--connections C] [--out FILE]
 """
@@ -162,6 +165,8 @@ def run_floor(port: int) -> None:
 
 
 WARMUP_SECONDS = 2.5  # past the extender's first per-node gauge ticks (one a second)
+BLOCK_PODS = 50  # pods sent to one server before the other's turn (a fraction of a second)
+_HEADERS = {"Content-Type": "application/json"}
 
 
 POD_UID = b"11111111-2222-4333-8444-555555555555"  # request_body's pod, renamed for each request
@@ -173,6 +178,38 @@ def pod_body(body: bytes, run: int, pod: int) -> bytes:
     return body.replace(POD_UID, f"{run:08x}-{pod >> 48:04x}-4{pod >> 36 & 0xFFF:03x}-8{pod >> 24 & 0xFFF:03x}-{pod & 0xFFFFFF:012x}".encode(), 1)
 
 
+class Client:
+    """One kept-alive connection to an extender, sending it pods as kube-scheduler does.
+
+    For each pod (``body``, its UID changed) filter, then prioritize over the same nodes (every
+    node passes the filter here), one request at a time.
+    """
+
+    def __init__(self, port: int, body: bytes) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.body = body
+        self.run = secrets.randbits(32)  # this client's pods only: not those of another scenario or client
+        self.pods = 0  # sent so far
+
+    def send_pod(self) -> list[float]:
+        """One pod's requests: the seconds each verb took, in ``VERBS`` order."""
+        self.pods += 1
+        this = pod_body(self.body, self.run, self.pods)
+        seconds = []
+        for verb in VERBS:
+            started = time.perf_counter()
+            self.conn.request("POST", f"/scheduler/{verb}", this, _HEADERS)
+            reply = self.conn.getresponse()
+            data = reply.read()
+            seconds.append(time.perf_counter() - started)
+            if reply.status != 200:
+                raise RuntimeError(f"{verb}: HTTP {reply.status}: {data[:200]!r}")
+        return seconds
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def drive(
     port: int,
     body: bytes,
@@ -181,39 +218,55 @@ def drive(
     warmup_seconds: float = WARMUP_SECONDS,
     window: list[float] | None = None,
 ) -> dict[str, list[float]]:
-    """One kept-alive connection, one request at a time; each verb's requests' seconds.
+    """One :class:`Client`'s pods until ``requests`` are measured; each verb's requests' seconds.
 
-    As kube-scheduler does: for each pod (``body``, its UID changed) filter, then prioritize
-    over the same nodes (every node passes the filter here). The first ``warmup`` pods, and
-    all of the first ``warmup_seconds``, are not measured: the figures are the steady state of
-    a cluster whose node names the extender has seen before (it creates each new node's gauge
-    series once, a few hundred per second).
+    The first ``warmup`` pods, and all of the first ``warmup_seconds``, are not measured: the
+    figures are the steady state of a cluster whose node names the extender has seen before
+    (it creates each new node's gauge series once, a few hundred per second).
     """
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    headers = {"Content-Type": "application/json"}
+    client = Client(port, body)
     latencies: dict[str, list[float]] = {verb: [] for verb in VERBS}
-    run = secrets.randbits(32)  # pods of this drive only: not those of another scenario or client
     began = time.perf_counter()
-    pod = 0
     while len(latencies[VERBS[-1]]) < requests:
-        pod += 1
-        this = pod_body(body, run, pod)
-        measured = pod > warmup and time.perf_counter() - began >= warmup_seconds
+        measured = client.pods >= warmup and time.perf_counter() - began >= warmup_seconds
         if measured and window is not None and not window:
             window.append(time.perf_counter())
-        for verb in VERBS:
-            started = time.perf_counter()
-            conn.request("POST", f"/scheduler/{verb}", this, headers)
-            reply = conn.getresponse()
-            data = reply.read()
-            elapsed = time.perf_counter() - started
-            if reply.status != 200:
-                raise RuntimeError(f"{verb}: HTTP {reply.status}: {data[:200]!r}")
-            if measured:
+        seconds = client.send_pod()
+        if measured:
+            for verb, elapsed in zip(VERBS, seconds, strict=True):
                 latencies[verb].append(elapsed)
     if window is not None:
         window.append(time.perf_counter())  # perf_counter is CLOCK_MONOTONIC: comparable across processes
-    conn.close()
+    client.close()
+    return latencies
+
+
+def drive_in_turn(
+    ports: dict[str, int], body: bytes, requests: int, warmup: int, warmup_seconds: float = WARMUP_SECONDS
+) -> dict[str, dict[str, list[float]]]:
+    """:func:`drive` for several servers at once, one client each, taking turns.
+
+    The warm-up alternates pod by pod until every client has sent ``warmup`` pods and
+    ``warmup_seconds`` have passed; then each server in turn gets ``BLOCK_PODS`` pods, the
+    order reversed every block, until each has ``requests`` measured. Per server, each verb's
+    requests' seconds.
+    """
+    clients = {label: Client(port, body) for label, port in ports.items()}
+    began = time.perf_counter()
+    while min(c.pods for c in clients.values()) < warmup or time.perf_counter() - began < warmup_seconds:
+        for client in clients.values():
+            client.send_pod()
+    latencies: dict[str, dict[str, list[float]]] = {label: {verb: [] for verb in VERBS} for label in clients}
+    order = list(clients)
+    block = 0
+    while (done := len(latencies[order[0]][VERBS[-1]])) < requests:
+        for label in order if block % 2 == 0 else order[::-1]:
+            for _ in range(min(BLOCK_PODS, requests - done)):
+                for verb, elapsed in zip(VERBS, clients[label].send_pod(), strict=True):
+                    latencies[label][verb].append(elapsed)
+        block += 1
+    for client in clients.values():
+        client.close()
     return latencies
 
 
@@ -226,35 +279,41 @@ def _drive_worker(args: tuple[int, bytes, int, int, float]) -> tuple[dict[str, l
 
 
 def measure(
-    port: int, body: bytes, requests: int, connections: int, warmup_seconds: float = WARMUP_SECONDS
-) -> dict[str, dict[str, float]]:
-    """Per verb: p50 and p99 in ms, and requests/s.
+    ports: dict[str, int], body: bytes, requests: int, connections: int, warmup_seconds: float = WARMUP_SECONDS
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per server and verb: p50 and p99 in ms, and requests/s.
 
-    One client: the verb's requests over the time they took (its rate if served alone).
-    Several: the verb's requests over the span from the first client's first measured request
-    to the last client's last, the rate the clients observed; each pod sends one request of
-    each verb, so the verbs' rates are the pods' rate.
+    One client: the servers in turn (:func:`drive_in_turn`), each verb's requests over the
+    time they took (its rate if served alone). Several: one server after the other, the
+    verb's requests over the span from the first client's first measured request to the last
+    client's last, the rate the clients observed; each pod sends one request of each verb, so
+    the verbs' rates are the pods' rate.
     """
     warmup = max(5, requests // 10)
     if connections == 1:
-        window: list[float] = []
-        parts = [(drive(port, body, requests, warmup, warmup_seconds, window), window[0], window[1])]
-    else:
+        return {
+            label: _figures(latencies, None)
+            for label, latencies in drive_in_turn(ports, body, requests, warmup, warmup_seconds).items()
+        }
+    figures = {}
+    for label, port in ports.items():
         # Throughput over the span in which all clients were measuring (no pool start-up, no warm-up).
         with mp.Pool(connections) as pool:
             parts = pool.map(_drive_worker, [(port, body, requests, warmup, warmup_seconds)] * connections)
+        merged = {verb: [x for part, _, _ in parts for x in part[verb]] for verb in VERBS}
+        figures[label] = _figures(merged, max(end for _, _, end in parts) - min(start for _, start, _ in parts))
+    return figures
+
+
+def _figures(latencies: dict[str, list[float]], wall: float | None) -> dict[str, dict[str, float]]:
+    """p50, p99 and requests/s per verb; ``wall`` None: each verb's requests over their own time."""
     figures = {}
     for verb in VERBS:
-        per_client = [part[verb] for part, _, _ in parts]
-        latencies = sorted(x for part in per_client for x in part)
-        if connections == 1:
-            wall = sum(latencies)
-        else:
-            wall = max(end for _, _, end in parts) - min(start for _, start, _ in parts)
+        xs = sorted(latencies[verb])
         figures[verb] = {
-            "p50_ms": 1000 * statistics.median(latencies),
-            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
-            "requests_per_second": len(latencies) / wall,
+            "p50_ms": 1000 * statistics.median(xs),
+            "p99_ms": 1000 * xs[min(len(xs) - 1, int(0.99 * len(xs)))],
+            "requests_per_second": len(xs) / (sum(xs) if wall is None else wall),
         }
     return figures
 
@@ -293,12 +352,11 @@ def main(argv: Sequence[str]) -> int:
             requests = a.requests if n <= 1000 else max(50, a.requests // 4)
             if mode == "nodes" and n >= 1000:
                 requests = max(50, a.requests // 8)
-            floor_figures = measure(floor_port, body, requests, a.connections, a.warmup_seconds)
-            ours = measure(ext_port, body, requests, a.connections, a.warmup_seconds)
+            figures = measure({"floor": floor_port, "joulesched": ext_port}, body, requests, a.connections, a.warmup_seconds)
             for verb in VERBS:
                 row: dict[str, Any] = {"mode": mode, "nodes": n, "verb": verb, "body_kib": round(len(body) / 1024, 1)}
-                row["floor"] = floor_figures[verb]
-                row["joulesched"] = ours[verb]
+                row["floor"] = figures["floor"][verb]
+                row["joulesched"] = figures["joulesched"][verb]
                 row["p99_ratio"] = row["joulesched"]["p99_ms"] / row["floor"]["p99_ms"]
                 results.append(row)
                 print(_line(row), flush=True)
@@ -313,6 +371,8 @@ def main(argv: Sequence[str]) -> int:
         "cpus": os.cpu_count(),
         "workers": a.workers,
         "connections": a.connections,
+        # one client: the two servers in turn, BLOCK_PODS pods at a time; several: one after the other
+        "in_turn_block_pods": BLOCK_PODS if a.connections == 1 else None,
         "date": time.strftime("%Y-%m-%d"),
     }
     if a.out:

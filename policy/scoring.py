@@ -82,8 +82,8 @@ class Evaluation:
         """
         # Scores are 0..10: -1 stands for "no such node" in the maxima.
         ok = self.fresh & ~self.failed
-        top_score = self.scores.max(where=ok, initial=-1)
-        if top_score < 0 or self.scores.max(where=~(self.failed | self.fresh), initial=-1) > top_score:
+        top_score = np.maximum.reduce(self.scores, where=ok, initial=-1)
+        if top_score < 0 or np.maximum.reduce(self.scores, where=~(self.failed | self.fresh), initial=-1) > top_score:
             return None
         top: np.ndarray = ok & (self.scores == top_score)
         return top
@@ -97,7 +97,7 @@ class Evaluation:
     def cheapest(self, among: np.ndarray) -> int:
         """The position of the lowest cost among the nodes of the mask ``among`` (not empty),
         then the first listed."""
-        at = np.flatnonzero(among)
+        at = among.nonzero()[0]
         cost = self.cost[at]
         return int(at[np.argmin(np.where(np.isnan(cost), np.inf, cost))])
 
@@ -130,7 +130,7 @@ class Evaluation:
         room that demotes a saturating or GPU node (:func:`evaluate`). So kube-scheduler's
         prioritize over the nodes its filter passed is answered by the filter's evaluation.
         """
-        keep = np.flatnonzero(~self.failed)
+        keep = (~self.failed).nonzero()[0]
         if len(keep) == len(self.failed):
             return keep, self
         return keep, Evaluation(**{f.name: getattr(self, f.name)[keep] for f in fields(self)})
@@ -147,10 +147,10 @@ def normalise(cost: np.ndarray, eligible: np.ndarray, band: float, best: float |
     eligible cost instead, so that the scale stays relative.
     """
     scores = np.zeros(cost.shape, dtype=np.int64)
-    if not eligible.any():
+    if not np.count_nonzero(eligible):
         return scores
     c = cost[eligible]
-    least = float(c.min())
+    least = float(np.minimum.reduce(c))  # c.min() without ndarray.min's Python wrapper
     if best is None or not np.isfinite(best) or best > least:
         best = least
     scale = best if best > 0 else float(c.sum() / c.size)  # the mean, without np.mean's dispatch
@@ -159,7 +159,8 @@ def normalise(cost: np.ndarray, eligible: np.ndarray, band: float, best: float |
         return scores
     relative = (c - best) / scale
     raw = MAX_SCORE * (1.0 - relative / band)
-    scores[eligible] = np.clip(np.rint(raw), 0, MAX_SCORE).astype(np.int64)
+    # np.clip's bounds, as the two ufuncs (np.clip's Python wrapper costs twice as much)
+    scores[eligible] = np.minimum(np.maximum(np.rint(raw), 0.0), MAX_SCORE).astype(np.int64)
     return scores
 
 
@@ -188,7 +189,7 @@ def evaluate(
     if len(nodes) == 0:
         return _all_unknown(m, cfg)
     known = rows >= 0
-    all_known = bool(known.all())
+    all_known = np.count_nonzero(known) == m
     r = rows if all_known else np.where(known, rows, 0)
     cluster_scale = cfg.score_scale == "cluster"
     # Cost the pod on every profiled node for a cluster-wide best, else on the request's alone.
@@ -202,20 +203,27 @@ def evaluate(
         """``values`` (aligned with the costed rows) aligned with the request's rows."""
         return values[r] if cluster_scale else values
 
-    fresh = known & align(whole.fresh)
-    failed = known & align(whole.failed)
+    fresh, failed = align(whole.fresh), align(whole.failed)
+    if not all_known:
+        fresh, failed = known & fresh, known & failed
     cost = align(whole.cost)
     eligible = fresh & ~failed & np.isfinite(cost)
     # Energy alone would fill a node past its cores: on a saturated node the work time-shares
     # at P(1)/c per core, which is cheaper than the steep middle of many real (non-convex)
     # curves. The pods there would run slower, so while another candidate has room a node the
     # pod would saturate scores 0 (it is not filtered: kube-scheduler may still need it).
-    saturated = _demote(eligible, align(whole.saturating)) if cfg.avoid_saturation else np.zeros(m, dtype=bool)
-    eligible &= ~saturated
+    saturated = _demote(eligible, align(whole.saturating)) if cfg.avoid_saturation else None
+    if saturated is None:
+        saturated = np.zeros(m, dtype=bool)
+    else:
+        eligible &= ~saturated
     # A CPU-only pod on a GPU server keeps the most power-hungry servers on and takes room
     # that GPU work needs: while a CPU node in the request has room, GPU nodes score 0.
-    reserved = _demote(eligible, align(whole.gpu_node)) if whole.reserve and whole.gpu_node is not None else np.zeros(m, dtype=bool)
-    eligible &= ~reserved
+    reserved = _demote(eligible, align(whole.gpu_node)) if whole.reserve and whole.gpu_node is not None else None
+    if reserved is None:
+        reserved = np.zeros(m, dtype=bool)
+    else:
+        eligible &= ~reserved
     best = whole.best if cluster_scale else None
     scores = normalise(cost, eligible, cfg.band, best=best)
     scores[~fresh] = cfg.neutral_score
@@ -249,12 +257,13 @@ def evaluate(
     )
 
 
-def _demote(eligible: np.ndarray, flagged: np.ndarray) -> np.ndarray:
-    """The flagged eligible entries, when some eligible entry is not flagged; else none."""
+def _demote(eligible: np.ndarray, flagged: np.ndarray) -> np.ndarray | None:
+    """The flagged eligible entries, when some eligible entry is not flagged; else None: none is demoted."""
     over: np.ndarray = eligible & flagged
-    if over.any() and (eligible & ~over).any():
+    flagged_count = np.count_nonzero(over)
+    if flagged_count and flagged_count < np.count_nonzero(eligible):  # (over is within eligible)
         return over
-    return np.zeros(eligible.shape, dtype=bool)
+    return None
 
 
 class _Costs(NamedTuple):
@@ -329,9 +338,9 @@ def _costs(
         gpu_busy = gpu_util * gpu_count
         if predicted_gpus is not None:
             gpu_busy = gpu_busy + predicted_gpus * cfg.gpu_pod_utilisation
-        gpu_now = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
+        gpu_now: np.ndarray | None = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
     else:
-        gpu_span = gpu_busy = gpu_now = np.zeros(n)
+        gpu_now = None  # no GPU draws power: the terms below leave it out
     if pod.gpus > 0:
         usable = np.minimum(float(pod.gpus), np.maximum(gpu_count - gpu_busy, 0.0))
         gpu_dw = np.where(gpu_count < pod.gpus, np.inf, usable * cfg.gpu_pod_utilisation * gpu_span)
@@ -344,7 +353,7 @@ def _costs(
     base_runtime = pod.runtime_seconds if pod.runtime_seconds is not None else cfg.reference_runtime_seconds
     runtime = base_runtime / speed
     avoidable = _avoidable(idle_avoidable, cfg) if idle_power_avoidable(nodes, cfg) else None
-    if avoidable is not None and avoidable.any():
+    if avoidable is not None and np.count_nonzero(avoidable):
         idle_energy = _unavoidable_idle_joules(
             curve[:, 0] + gpu_count * gpu_idle, runtime, avoidable, held_profile if held_until is None else held_until, now
         )
@@ -359,7 +368,8 @@ def _costs(
 
     # Power now: measured where there is a measurement, else the model; plus what the
     # predicted (not yet measured) pods add, plus this pod.
-    now_watts = np.where(np.isnan(measured), p_measured + gpu_now, measured) + (p0 - p_measured)
+    modelled = p_measured if gpu_now is None else p_measured + gpu_now
+    now_watts = np.where(np.isnan(measured), modelled, measured) + (p0 - p_measured)
     projected = now_watts + marginal
     if cfg.power_cap_enabled:
         failed = fresh & (projected > cap * (1.0 - cfg.power_cap_headroom))  # NaN cap: uncapped, False
@@ -367,22 +377,22 @@ def _costs(
         failed = np.zeros(n, dtype=bool)
 
     saturating = u1 > 1.0 + 1e-9 if pod.cpu_cores > 0 else np.zeros(n, dtype=bool)
-    reserve = cfg.reserve_gpu_nodes and pod.gpus == 0 and has_gpus is not None and bool(has_gpus.any())
+    reserve = cfg.reserve_gpu_nodes and pod.gpus == 0 and has_gpus is not None and bool(np.count_nonzero(has_gpus))
     best = float("nan")
     if over is None:  # the best node of the cluster, by the same rules as the candidates
         choosable = fresh & ~failed & np.isfinite(cost)
-        if cfg.avoid_saturation:
-            choosable &= ~_demote(choosable, saturating)
-        if reserve and has_gpus is not None:
-            choosable &= ~_demote(choosable, has_gpus)
-        if choosable.any():
-            best = float(cost[choosable].min())
+        if cfg.avoid_saturation and (demoted := _demote(choosable, saturating)) is not None:
+            choosable &= ~demoted
+        if reserve and has_gpus is not None and (demoted := _demote(choosable, has_gpus)) is not None:
+            choosable &= ~demoted
+        if np.count_nonzero(choosable):
+            best = float(np.minimum.reduce(cost[choosable]))
     return _Costs(
         fresh=fresh,
         failed=failed,
         u0=u0,
         u1=u1,
-        watts_before=p0 + gpu_now,
+        watts_before=p0 if gpu_now is None else p0 + gpu_now,
         marginal=marginal,
         runtime=runtime,
         idle_energy=idle_energy,

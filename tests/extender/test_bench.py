@@ -23,3 +23,35 @@ def test_the_benchmark_measures_both_servers_and_writes_its_figures(tmp_path: Pa
             figures = row[server]
             assert 0 < figures["p50_ms"] <= figures["p99_ms"] and figures["requests_per_second"] > 0
     assert "p99 ratio" in capsys.readouterr().out
+
+
+def test_one_client_drives_the_servers_in_turn_so_both_see_the_same_moments(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two floors that record which of them each pod reached, in arrival order.
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    def serve(label: str) -> http.server.ThreadingHTTPServer:
+        class Recording(bench.FloorHandler):
+            def do_POST(self) -> None:
+                if self.path.endswith("/filter"):
+                    seen.append(label)
+                super().do_POST()
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    servers = {"a": serve("a"), "b": serve("b")}
+    monkeypatch.setattr(bench, "BLOCK_PODS", 3)
+    try:
+        body = bench.request_body("names", 4)
+        latencies = bench.drive_in_turn({k: s.server_address[1] for k, s in servers.items()}, body, 7, 2, 0.0)
+    finally:
+        for server in servers.values():
+            server.shutdown()
+            server.server_close()
+    # warm-up pod by pod, then blocks of 3 with the order reversed every block, the last one short
+    assert "".join(seen) == "abab" + "aaabbb" + "bbbaaa" + "a" + "b"
+    assert {k: [len(v[verb]) for verb in bench.VERBS] for k, v in latencies.items()} == {"a": [7, 7], "b": [7, 7]}
