@@ -85,6 +85,8 @@ class Extender:
         self._alias: tuple[int, Mapping[str, str], Mapping[str, int]] | None = None  # (version, node_servers, alias)
         # The last evaluation and what it read (see _same_cycle).
         self._cycle: tuple[tuple[object, ...], Decision] | None = None
+        # The last NodeNames request's body and what was read from it (see _args).
+        self._read: tuple[bytes, wire.ExtenderArgs] | None = None
 
     # -- the shared step ----------------------------------------------------------------------
 
@@ -134,6 +136,24 @@ class Extender:
         # Kept until the next request (as ``last``): without the full Node objects, which would
         # double the memory of the next Nodes-mode request (its objects and these, at once).
         return Decision(wire.ExtenderArgs(args.pod, args.node_names, None), demand, snap, rows, evaluation, now)
+
+    def _args(self, body: bytes) -> wire.ExtenderArgs:
+        """The request's arguments, not read again from the same bytes as the last NodeNames request's.
+
+        kube-scheduler's prioritize over the nodes its filter passed is, when every node
+        passed, the filter's request again byte for byte: the same pod and the same names in
+        the same order. Reading it is most of what prioritize costs in process at 5,000 names
+        (docs/benchmarks.md, "Prioritize without reading its request again"). What is kept is
+        a NodeNames body, at most ``wire.MAX_NODES`` names (75 KB at 5,000 names); full Nodes
+        are not kept (their megabytes would stay until the next request; see _evaluate).
+        """
+        last = self._read
+        if last is not None and last[0] == body:
+            return last[1]
+        args = wire.parse_extender_args(body, self.server_id_label)
+        if args.nodes is None:
+            self._read = (bytes(body), args)
+        return args
 
     def _same_cycle(self, args: wire.ExtenderArgs, inputs: tuple[object, ...], now: float) -> Decision | None:
         """The last decision again, when it was for this pod and nothing it read has changed since.
@@ -207,7 +227,7 @@ class Extender:
     # -- verbs ----------------------------------------------------------------------------------
 
     def filter(self, body: bytes) -> dict[str, Any] | wire.Encoded:
-        args = wire.parse_extender_args(body, self.server_id_label)
+        args = self._args(body)
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         failed = d.evaluation.failed
@@ -231,7 +251,7 @@ class Extender:
         return result
 
     def prioritize(self, body: bytes) -> wire.Encoded:
-        args = wire.parse_extender_args(body, self.server_id_label)
+        args = self._args(body)
         self.unbound.wait_for_others(wire.pod_identity(args.pod)[2], wire.scheduler_name(args.pod))
         d = self.decide(args)
         scores = d.evaluation.scores
@@ -242,7 +262,7 @@ class Extender:
         return wire.encode_host_priority_list(args.node_names, scores)
 
     def explain(self, body: bytes) -> dict[str, Any]:
-        args = wire.parse_extender_args(body, self.server_id_label)
+        args = self._args(body)
         d = self.decide(args)
         return explanation(d, self.policy, self.source.name)
 

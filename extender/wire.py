@@ -369,10 +369,13 @@ def parse_extender_args(body: bytes, label: str | None = None) -> ExtenderArgs:
         if not isinstance(names_value, list):
             raise WireError(f"ExtenderArgs.NodeNames: must be an array of strings, got {_kind(names_value)}")
         _check_count(len(names_value), "ExtenderArgs.NodeNames")
-        if not set(map(type, names_value)) <= {str}:  # the common case in one C-level pass
+        try:
+            "".join(names_value)  # every entry a string, in one C-level pass (a fifth of a set of types')
+        except TypeError:
             for i, name in enumerate(names_value):
                 if not isinstance(name, str):
-                    raise WireError(f"ExtenderArgs.NodeNames[{i}]: must be a string, got {_kind(name)}")
+                    raise WireError(f"ExtenderArgs.NodeNames[{i}]: must be a string, got {_kind(name)}") from None
+            raise
         return ExtenderArgs(pod, names_value, None)
     raise WireError(
         "ExtenderArgs: one of NodeNames (nodeCacheCapable: true) or Nodes (nodeCacheCapable: false) is required"

@@ -519,3 +519,30 @@ def test_a_decision_that_waited_for_a_binding_is_counted_with_the_seconds_it_wai
     assert waits['joulesched_extender_bind_waits_total{outcome="deadline"}'] == 1.0
     assert 0.25 < waits['joulesched_extender_bind_wait_seconds_total{outcome="deadline"}'] < 2.0
 
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+def test_a_prioritize_with_its_filters_bytes_is_not_read_again_in_names_mode(make_app, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
+    # Every node passed: kube-scheduler's prioritize is its filter's request again, byte for byte.
+    reads = []
+    real = wire.parse_extender_args
+    monkeypatch.setattr(wire, "parse_extender_args", lambda body, *a: reads.append(bytes(body)) or real(body, *a))
+    app, _ = make_app()
+    c = app.test_client()
+    names = ["efficient", "hungry", "stranger"]
+    pod = make_pod("4", uid="a", name="a")
+    status, passed = post(c, "filter", args(mode, names, pod))
+    assert status == 200 and not passed["FailedAndUnresolvableNodes"]
+    status, scores = post(c, "prioritize", args(mode, names, pod))
+    read_again = mode != "names"  # full Nodes are not kept from one request to the next
+    assert status == 200 and len(reads) == (2 if read_again else 1)
+    fresh_app, _ = make_app()  # the same answer as when it is read
+    assert post(fresh_app.test_client(), "prioritize", args(mode, names, pod)) == (200, scores)
+    # Other bytes are read: another pod, other names, the same pod changed.
+    post(c, "prioritize", args(mode, names, make_pod("4", uid="b", name="b")))
+    post(c, "prioritize", args(mode, names[:2], pod))
+    post(c, "prioritize", args(mode, names, make_pod("8", uid="a", name="a")))
+    assert len(reads) == (6 if read_again else 5)
+    # A malformed request that follows is still refused, and names what is wrong.
+    status, err = post(c, "prioritize", {"Pod": pod, "NodeNames": ["a", 7]})
+    assert status == 400 and "ExtenderArgs.NodeNames[1]: must be a string" in err["Error"]
