@@ -213,17 +213,9 @@ def evaluate(
     # curves. The pods there would run slower, so while another candidate has room a node the
     # pod would saturate scores 0 (it is not filtered: kube-scheduler may still need it).
     saturated = _demote(eligible, align(whole.saturating)) if cfg.avoid_saturation else None
-    if saturated is None:
-        saturated = np.zeros(m, dtype=bool)
-    else:
-        eligible &= ~saturated
     # A CPU-only pod on a GPU server keeps the most power-hungry servers on and takes room
     # that GPU work needs: while a CPU node in the request has room, GPU nodes score 0.
     reserved = _demote(eligible, align(whole.gpu_node)) if whole.reserve and whole.gpu_node is not None else None
-    if reserved is None:
-        reserved = np.zeros(m, dtype=bool)
-    else:
-        eligible &= ~reserved
     best = whole.best if cluster_scale else None
     scores = normalise(cost, eligible, cfg.band, best=best)
     scores[~fresh] = cfg.neutral_score
@@ -252,16 +244,18 @@ def evaluate(
         scores=scores,
         failed=failed,
         projected_watts=projected,
-        saturated=saturated,
-        reserved=reserved,
+        saturated=np.zeros(m, dtype=bool) if saturated is None else saturated,
+        reserved=np.zeros(m, dtype=bool) if reserved is None else reserved,
     )
 
 
 def _demote(eligible: np.ndarray, flagged: np.ndarray) -> np.ndarray | None:
-    """The flagged eligible entries, when some eligible entry is not flagged; else None: none is demoted."""
+    """Take the flagged entries out of ``eligible`` (in place) when some eligible entry is not
+    flagged, and return them; else None, ``eligible`` as it was."""
     over: np.ndarray = eligible & flagged
     flagged_count = np.count_nonzero(over)
     if flagged_count and flagged_count < np.count_nonzero(eligible):  # (over is within eligible)
+        eligible &= ~over
         return over
     return None
 
@@ -381,10 +375,10 @@ def _costs(
     best = float("nan")
     if over is None:  # the best node of the cluster, by the same rules as the candidates
         choosable = fresh & ~failed & np.isfinite(cost)
-        if cfg.avoid_saturation and (demoted := _demote(choosable, saturating)) is not None:
-            choosable &= ~demoted
-        if reserve and has_gpus is not None and (demoted := _demote(choosable, has_gpus)) is not None:
-            choosable &= ~demoted
+        if cfg.avoid_saturation:
+            _demote(choosable, saturating)
+        if reserve and has_gpus is not None:
+            _demote(choosable, has_gpus)
         if np.count_nonzero(choosable):
             best = float(np.minimum.reduce(cost[choosable]))
     return _Costs(
