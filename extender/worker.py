@@ -140,6 +140,7 @@ class FrontConn(TConn):  # type: ignore[misc]
         self.verb: str | None = None  # a request for the direct verb path (see the module doc)
         self.close_after = False  # its head asked for Connection: close
         self.polled = False  # registered with the event loop while its request is read
+        self.ended = False  # the client closed it while a thread waited for its next request
 
 
 class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
@@ -240,7 +241,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 util.close(client)
                 return
         conn = FrontConn(self.cfg, client, addr, listener.getsockname())
-        self._start_reading(conn, bytearray())
+        # The request usually came with the connection: read it now, not after a pass of the
+        # event loop (kube-scheduler opens a connection for about every other pod it binds).
+        self._start_reading(conn, bytearray(), readable=True)
 
     def _ssl(self) -> ssl.SSLContext:
         if self._ssl_context is None:  # gunicorn builds one per connection, re-reading the certificates
@@ -510,7 +513,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             finally:
                 slots.release()
             if follow is None:
-                return keep
+                return keep and not conn.ended
             next_verb, body, conn.close_after = follow
             if self._pool(next_verb) is not self._pool(verb) and self.alive:  # (stopping: served here)
                 held, conn.held = conn.held, 0
@@ -581,7 +584,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         except (OSError, ValueError):
             return None  # the event loop finds the connection broken and drops it
         if not data:
-            return None  # closed: the event loop sees it too
+            conn.ended = True  # closed by the client: finish_request closes it too
+            return None
         conn.pipelined = data
         end = data.find(b"\r\n\r\n")
         if end < 0:
@@ -614,6 +618,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 conn.set_timeout()
                 self.keepalived_conns.append(conn)
                 self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
+            elif conn.ended:  # nothing left to drain, nothing to wait for
+                self.nr_conns -= 1
+                conn.close()
             else:
                 self._linger(conn)
         except Exception:

@@ -7,7 +7,10 @@ byte, so that every way an HTTP/1.1 reply may come (and break) is exercised.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,8 +42,9 @@ class Scripted:
     or stay silent). It records each request it read (head and body) and each connection.
     """
 
-    def __init__(self, replies: list[bytes | Callable[[socket.socket], None]]) -> None:
+    def __init__(self, replies: list[bytes | Callable[[socket.socket], None]], tls: ssl.SSLContext | None = None) -> None:
         self.replies = list(replies)
+        self.tls = tls  # TLS with this context for each connection accepted from now on
         self.requests: list[bytes] = []
         self.connections = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -55,6 +59,12 @@ class Scripted:
             except OSError:
                 return
             self.connections += 1
+            if self.tls is not None:
+                try:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
+                except (OSError, ssl.SSLError):
+                    conn.close()  # the client refused the certificate
+                    continue
             self.sockets.append(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
@@ -271,4 +281,43 @@ def test_the_binder_posts_the_binding_with_the_kubeconfigs_token_and_names_a_ref
     finally:
         assert binder._direct is not None
         binder._direct.close()
+        server.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_new_connections_share_one_tls_context_until_its_ca_file_is_rotated(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.extender.test_tls import ca, sign
+
+    def serving(chain: tuple[Any, Any]) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*chain)
+        return ctx
+
+    root, other = ca(tmp_path, "root"), ca(tmp_path, "other")
+    ext = "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+    by_root, by_other = sign(tmp_path, "server", root, ext), sign(tmp_path, "server2", other, ext)
+    cafile = tmp_path / "ca.crt"
+    shutil.copy(root[0], cafile)
+    closing = OK.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n", 1)  # every post on a new connection
+    server = Scripted([closing] * 4, tls=serving(by_root))
+    config = SimpleNamespace(host=f"https://127.0.0.1:{server.port}", tls_server_name=None, ssl_ca_cert=str(cafile),
+                             verify_ssl=True, cert_file=None, key_file=None)
+    conns = ApiConnections(config, 5.0)
+    try:
+        assert post(conns)[0] == 201
+        assert conns._tls is not None
+        made = conns._tls[1]
+        assert post(conns)[0] == 201
+        assert server.connections == 2 and conns._tls[1] is made  # the second connection's TLS: the same context
+        server.tls = serving(by_other)  # the API server's certificate rotated to another CA
+        with pytest.raises(ssl.SSLCertVerificationError):
+            post(conns)  # the context made from the old CA file refuses it
+        rotated = tmp_path / "ca.new"
+        shutil.copy(other[0], rotated)
+        os.replace(rotated, cafile)  # as a Secret's volume swaps its files
+        assert post(conns)[0] == 201  # a context from the new file
+        assert conns._tls[1] is not made
+        assert server.connections == 4
+    finally:
+        conns.close()
         server.close()
