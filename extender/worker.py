@@ -485,12 +485,12 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         """The direct verb path: True to keep the connection for the next request.
 
         After a reply the thread waits up to ``NEXT_REQUEST_SECONDS`` for the client's next
-        request and, when what arrives is one whole verb request and nothing more, answers it
-        too: in a burst kube-scheduler's requests on a connection come milliseconds apart, and
+        request, reading it in as many pieces as come in that time, and, when what it read is
+        one whole verb request and nothing more, answers it too: in a burst kube-scheduler's requests on a connection come milliseconds apart, and
         each hop through the event loop and back costs two thread wake-ups. It waits only while
         fewer than half of its pool's threads (at least one) are waiting so: the others stay
         free for the requests the event loop reads. Anything else (nothing in time, part
-        of a request, more than one, a malformed or oversize head, TLS) goes back to the event
+        of a request when the time is up, more than one, a malformed or oversize head, TLS) goes back to the event
         loop with the bytes read, under its deadlines: a thread still waits on no client longer
         than that. A next request for the other pool (a bind after a decision, a decision after
         a bind: see enqueue_req) is handed to that pool from here.
@@ -566,39 +566,58 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             return False
         return keep
 
-    def _next_request(self, conn: FrontConn) -> tuple[str, bytes, bool] | None:
+    def _next_request(self, conn: FrontConn) -> tuple[str, bytes | bytearray, bool] | None:
         """The next request if it comes whole within NEXT_REQUEST_SECONDS: (verb, body, close).
 
-        None otherwise; the bytes read, if any, are left in ``conn.pipelined`` for the event loop.
+        A request that comes in pieces is read on while they come within that time (at 1,000
+        names and more, kube-scheduler's body comes in several). None otherwise; the bytes
+        read, if any, are left in ``conn.pipelined`` for the event loop.
         """
         sock = conn.sock
+        deadline = time.monotonic() + NEXT_REQUEST_SECONDS
+        data = bytearray()
+        head_end = -1  # where the head ends, once it is all here
+        need = -1  # the bytes of the whole request, head and body, once the head is here
         try:
             poll = select.poll()
             poll.register(sock, select.POLLIN)
-            if not poll.poll(NEXT_REQUEST_SECONDS * 1000):
-                return None
-            sock.setblocking(False)  # never wait here: _answer sets the timeout again
-            data = sock.recv(RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return None
+            sock.setblocking(False)  # never wait in recv: _answer sets the timeout again
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not poll.poll(1000 * left):
+                    break
+                try:
+                    chunk = sock.recv(RECV_BYTES)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                if not chunk:
+                    conn.ended = not data  # closed by the client: finish_request closes it too
+                    break
+                data += chunk
+                if need < 0:
+                    end = data.find(b"\r\n\r\n")
+                    if end < 0:
+                        if len(data) > MAX_HEAD_BYTES:
+                            break
+                        continue
+                    head_end = end + 4
+                    length, problem = _body_length(bytes(data[:head_end]))
+                    if problem is not None or length is None or length > self.max_body:
+                        break  # the event loop's rules answer it
+                    need = head_end + length
+                if len(data) >= need:
+                    break
         except (OSError, ValueError):
+            conn.pipelined = data
             return None  # the event loop finds the connection broken and drops it
-        if not data:
-            conn.ended = True  # closed by the client: finish_request closes it too
-            return None
         conn.pipelined = data
-        end = data.find(b"\r\n\r\n")
-        if end < 0:
-            return None
-        head = data[: end + 4]
-        length, problem = _body_length(head)
-        if problem is not None or length is None or length > self.max_body or end + 4 + length != len(data):
-            return None  # the event loop's rules answer it, or it is not all here, or more is
-        verb, close = _direct_verb(head, self.verb_prefix)
+        if need < 0 or len(data) != need:
+            return None  # nothing, not all of it in time, more than one, or the event loop's to answer
+        verb, close = _direct_verb(bytes(data[:head_end]), self.verb_prefix)
         if verb is None:
             return None
         conn.pipelined = b""
-        return verb, data[end + 4 :], close
+        return verb, data[head_end:], close
 
     def finish_request(self, conn: FrontConn, fs: Any) -> None:
         self.inflight -= conn.held

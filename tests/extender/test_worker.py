@@ -14,13 +14,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import orjson
 import pytest
 import yaml
 
 from joulesched.extender.demo import free_port, start_extender, stop, wait_ready
-from joulesched.extender.worker import NEXT_REQUEST_SECONDS, FrontBody, _body_length, _direct_verb
+from joulesched.extender.worker import NEXT_REQUEST_SECONDS, FrontBody, FrontBufferedWorker, _body_length, _direct_verb
 from tests.extender.support import PROFILES, make_pod
 
 BODY = orjson.dumps({"Pod": make_pod(), "NodeNames": ["efficient", "hungry", "capped"]})
@@ -474,6 +475,70 @@ def test_connections_the_client_closes_after_each_reply_are_each_closed_and_let_
                 got += chunk
             assert b"Connection: close" not in got  # kept alive: the client is the one that closes
     assert connections_accepted(one_thread) - before == 1100 + 1  # and this /metrics read
+
+
+def next_request(sends: list[tuple[float, bytes | None]]) -> tuple[object, SimpleNamespace, float]:
+    """What the thread waiting for a connection's next request makes of ``sends`` (each after
+    a pause, in seconds; None: the client closes): _next_request's answer, the connection, and
+    how long it took."""
+    worker = FrontBufferedWorker.__new__(FrontBufferedWorker)
+    worker.max_body = 1 << 20
+    worker.verb_prefix = b"/scheduler/"
+    ours, theirs = socket.socketpair()
+
+    def client() -> None:
+        for pause, data in sends:
+            time.sleep(pause)
+            if data is None:
+                theirs.close()
+                return
+            theirs.sendall(data)
+
+    conn = SimpleNamespace(sock=ours, ended=False, pipelined=b"")
+    sender = threading.Thread(target=client, daemon=True)
+    started = time.monotonic()
+    sender.start()
+    try:
+        found = FrontBufferedWorker._next_request(worker, conn)  # type: ignore[arg-type]
+        return found, conn, time.monotonic() - started
+    finally:
+        sender.join()
+        ours.close()
+        theirs.close()
+
+
+def test_a_next_request_in_pieces_within_the_wait_is_read_by_the_waiting_thread() -> None:
+    # kube-scheduler's body at 1,000 names and more comes in several pieces: the thread reads
+    # on while they come, instead of handing the first to the event loop.
+    cut = len(PRIORITIZE) // 3
+    found, conn, took = next_request([(0.005, PRIORITIZE[:20]), (0.005, PRIORITIZE[20:cut]), (0.005, PRIORITIZE[cut:])])
+    assert found == ("prioritize", BODY, False) and conn.pipelined == b"" and not conn.ended
+    assert took < NEXT_REQUEST_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("sends", "left", "ended"),
+    [
+        ([(0.0, PRIORITIZE[:-5])], PRIORITIZE[:-5], False),  # the rest never comes: the event loop's
+        ([(0.0, PRIORITIZE + PRIORITIZE[:10])], PRIORITIZE + PRIORITIZE[:10], False),  # more than one
+        ([(0.0, PRIORITIZE.replace(b"/scheduler/", b"/other/"))], PRIORITIZE.replace(b"/scheduler/", b"/other/"), False),
+        ([(0.0, b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n")],
+         b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n", False),  # over max_body
+        ([(0.0, None)], b"", True),  # closed by the client
+        ([(0.0, PRIORITIZE[:30]), (0.0, None)], PRIORITIZE[:30], False),  # closed mid-request
+    ],
+    ids=["rest-never-comes", "two-at-once", "not-a-verb", "oversize", "closed", "closed-mid-request"],
+)
+def test_a_next_request_the_thread_does_not_answer_goes_to_the_event_loop_with_every_byte(sends, left, ended) -> None:  # type: ignore[no-untyped-def]
+    found, conn, took = next_request(sends)
+    assert found is None and bytes(conn.pipelined) == left and conn.ended is ended
+    assert took < NEXT_REQUEST_SECONDS + 0.03
+
+
+def test_a_client_trickling_its_next_request_holds_the_waiting_thread_no_longer_than_the_wait() -> None:
+    found, conn, took = next_request([(0.0, PRIORITIZE[:10])] + [(0.01, PRIORITIZE[i : i + 1]) for i in range(10, 30)])
+    assert found is None and bytes(conn.pipelined).startswith(PRIORITIZE[:10])
+    assert NEXT_REQUEST_SECONDS <= took < NEXT_REQUEST_SECONDS + 0.03
 
 
 def test_direct_verb_recognition() -> None:
