@@ -569,8 +569,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
     def _next_request(self, conn: FrontConn) -> tuple[str, bytes | bytearray, bool] | None:
         """The next request if it comes whole within NEXT_REQUEST_SECONDS: (verb, body, close).
 
-        A request that comes in pieces is read on while they come within that time (at 1,000
-        names and more, kube-scheduler's body comes in several). None otherwise; the bytes
+        A request of up to RECV_BYTES that comes in pieces is read on while they come within
+        that time (at 1,000 names and more, kube-scheduler's body comes in several); a larger
+        one is read by the event loop, within its budget for bodies. None otherwise; the bytes
         read, if any, are left in ``conn.pipelined`` for the event loop.
         """
         sock = conn.sock
@@ -605,6 +606,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                     if problem is not None or length is None or length > self.max_body:
                         break  # the event loop's rules answer it
                     need = head_end + length
+                    if need > RECV_BYTES:
+                        break  # (Nodes mode's megabytes): read under the event loop's budget for bodies
                 if len(data) >= need:
                     break
         except (OSError, ValueError):

@@ -516,23 +516,31 @@ def test_a_next_request_in_pieces_within_the_wait_is_read_by_the_waiting_thread(
     assert took < NEXT_REQUEST_SECONDS
 
 
+OVER_ONE_READ = b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: 300000\r\n\r\n" + b" " * 1000
+OVER_MAX_BODY = b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n"
+NOT_A_VERB = PRIORITIZE.replace(b"/scheduler/", b"/other/")
+
+
 @pytest.mark.parametrize(
-    ("sends", "left", "ended"),
+    ("sends", "left", "ended", "waits"),
     [
-        ([(0.0, PRIORITIZE[:-5])], PRIORITIZE[:-5], False),  # the rest never comes: the event loop's
-        ([(0.0, PRIORITIZE + PRIORITIZE[:10])], PRIORITIZE + PRIORITIZE[:10], False),  # more than one
-        ([(0.0, PRIORITIZE.replace(b"/scheduler/", b"/other/"))], PRIORITIZE.replace(b"/scheduler/", b"/other/"), False),
-        ([(0.0, b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n")],
-         b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: 9999999\r\n\r\n", False),  # over max_body
-        ([(0.0, None)], b"", True),  # closed by the client
-        ([(0.0, PRIORITIZE[:30]), (0.0, None)], PRIORITIZE[:30], False),  # closed mid-request
+        ([(0.0, PRIORITIZE[:-5])], PRIORITIZE[:-5], False, True),  # the rest never comes
+        ([(0.0, PRIORITIZE + PRIORITIZE[:10])], PRIORITIZE + PRIORITIZE[:10], False, False),  # more than one
+        ([(0.0, NOT_A_VERB)], NOT_A_VERB, False, False),
+        ([(0.0, OVER_MAX_BODY)], OVER_MAX_BODY, False, False),
+        ([(0.0, OVER_ONE_READ)], OVER_ONE_READ, False, False),  # read under the event loop's budget
+        ([(0.0, None)], b"", True, False),  # closed by the client
+        ([(0.0, PRIORITIZE[:30]), (0.0, None)], PRIORITIZE[:30], False, False),  # closed mid-request
     ],
-    ids=["rest-never-comes", "two-at-once", "not-a-verb", "oversize", "closed", "closed-mid-request"],
+    ids=["rest-never-comes", "two-at-once", "not-a-verb", "over-max-body", "over-one-read", "closed", "closed-mid-request"],
 )
-def test_a_next_request_the_thread_does_not_answer_goes_to_the_event_loop_with_every_byte(sends, left, ended) -> None:  # type: ignore[no-untyped-def]
+def test_a_next_request_the_thread_does_not_answer_goes_to_the_event_loop_with_every_byte(sends, left, ended, waits) -> None:  # type: ignore[no-untyped-def]
     found, conn, took = next_request(sends)
     assert found is None and bytes(conn.pipelined) == left and conn.ended is ended
-    assert took < NEXT_REQUEST_SECONDS + 0.03
+    if waits:  # for the rest, that long and no longer
+        assert NEXT_REQUEST_SECONDS <= took < NEXT_REQUEST_SECONDS + 0.03
+    else:  # nothing to wait for
+        assert took < 0.6 * NEXT_REQUEST_SECONDS
 
 
 def test_a_client_trickling_its_next_request_holds_the_waiting_thread_no_longer_than_the_wait() -> None:
