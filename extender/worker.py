@@ -24,7 +24,9 @@ answered with a JSON error and counted in ``joulesched_extender_failures_total{v
   the connection is closed (``Connection: close``) instead of its body being drained;
 * bodies being read or served hold at most two ``max_request_bytes`` per worker: a connection
   that would exceed that gets 503 and is closed, so memory is bounded whatever the number of
-  clients (docs/benchmarks.md, "Memory").
+  clients (docs/benchmarks.md, "Memory"). Outside that budget, a thread waiting for its
+  connection's next request (below) holds at most two reads of it (``RECV_BYTES`` each), and
+  at most half of a pool's threads wait so.
 
 A complete ``POST {prefix}/<verb>`` over HTTP/1.1 — every request kube-scheduler sends — is
 then served by the pool thread straight from the head and body already read: the extender's
@@ -486,14 +488,17 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
 
         After a reply the thread waits up to ``NEXT_REQUEST_SECONDS`` for the client's next
         request, reading it in as many pieces as come in that time, and, when what it read is
-        one whole verb request and nothing more, answers it too: in a burst kube-scheduler's requests on a connection come milliseconds apart, and
-        each hop through the event loop and back costs two thread wake-ups. It waits only while
-        fewer than half of its pool's threads (at least one) are waiting so: the others stay
-        free for the requests the event loop reads. Anything else (nothing in time, part
-        of a request when the time is up, more than one, a malformed or oversize head, TLS) goes back to the event
-        loop with the bytes read, under its deadlines: a thread still waits on no client longer
-        than that. A next request for the other pool (a bind after a decision, a decision after
-        a bind: see enqueue_req) is handed to that pool from here.
+        one whole verb request and nothing more, answers it too: in a burst kube-scheduler's
+        requests on a connection come milliseconds apart, and each hop through the event loop
+        and back costs two thread wake-ups. It waits only while fewer than half of its pool's
+        threads (at least one) are waiting so: the others stay free for the requests the event
+        loop reads. Anything else (nothing in time, part of a request when the time is up,
+        more than one, a body over one read or waiting for 100 Continue, a malformed or
+        oversize head, TLS) goes back to the event loop with the bytes read, under its
+        deadlines: a thread still waits on no client longer than that. A connection the client
+        closed meanwhile is marked ``ended``, and the event loop closes it without waiting on it
+        again. A next request for the other pool (a bind after a decision, a decision after a
+        bind: see enqueue_req) is handed to that pool from here.
         """
         verb, body = conn.verb or "", conn.body or b""
         conn.verb = None
@@ -608,6 +613,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                     need = head_end + length
                     if need > RECV_BYTES:
                         break  # (Nodes mode's megabytes): read under the event loop's budget for bodies
+                    if len(data) < need and b"100-continue" in data[:head_end].lower():
+                        break  # its body waits for the event loop's 100 Continue
                 if len(data) >= need:
                     break
         except (OSError, ValueError):
