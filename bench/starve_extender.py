@@ -11,7 +11,10 @@ connection for every call. The attackers, all at once:
 * ``--slowloris`` connections that send a request line, then one header line a second;
 * ``--liars`` connections that announce ``Content-Length: 1000000``, send 10 bytes and then one
   byte a second;
-* ``--chunk-liars`` connections that announce a chunk of ``ffffffffffffffffff`` bytes and hold.
+* ``--chunk-liars`` connections that announce a chunk of ``ffffffffffffffffff`` bytes and hold;
+* ``--followers`` connections that send one whole prioritize call, read its answer, and then
+  send half of the next call, close the connection 0.2 s later and start again (a thread of
+  the worker waits up to 50 ms for a connection's next request: this attacker is for that wait).
 
 Variants: ``buffered`` (this checkout as configured), ``gthread`` (this checkout with gunicorn's
 ``gthread`` worker and the given ``--threads``/``--keepalive``), ``main`` (the checkout at
@@ -64,8 +67,12 @@ def start(variant: str, a: argparse.Namespace, tmp: Path, port: int) -> subproce
 
 
 class Attack:
-    def __init__(self, port: int, a: argparse.Namespace) -> None:
+    def __init__(self, port: int, a: argparse.Namespace, body: bytes) -> None:
         self.port = port
+        self.call = (
+            f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
         self.stop = threading.Event()
         self.opened = 0
         self.threads = [
@@ -73,6 +80,7 @@ class Attack:
             *(threading.Thread(target=self._loop, args=(self._slowloris,), daemon=True) for _ in range(a.slowloris)),
             *(threading.Thread(target=self._loop, args=(self._liar,), daemon=True) for _ in range(a.liars)),
             *(threading.Thread(target=self._loop, args=(self._chunk_liar,), daemon=True) for _ in range(a.chunk_liars)),
+            *(threading.Thread(target=self._loop, args=(self._follower,), daemon=True) for _ in range(a.followers)),
         ]
 
     def start(self) -> None:
@@ -110,6 +118,24 @@ class Attack:
     def _liar(self, s: socket.socket) -> None:
         head = f'POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{{"Pod": {{'.encode()
         self._trickle(s, head, b" ")
+
+    def _follower(self, s: socket.socket) -> None:
+        s.sendall(self.call)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = s.recv(65536)
+            if not chunk:
+                return
+            answer += chunk
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        length = next(int(v) for k, _, v in (x.partition(b":") for x in head.split(b"\r\n")) if k.lower() == b"content-length")
+        while len(rest) < length:
+            chunk = s.recv(65536)
+            if not chunk:
+                return
+            rest += chunk
+        s.sendall(self.call[: len(self.call) // 2])
+        self.stop.wait(0.2)  # past the worker's wait for it; then again on a new connection
 
     def _chunk_liar(self, s: socket.socket) -> None:
         head = f"POST {PATH} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n{{".encode()
@@ -163,7 +189,7 @@ def run_variant(variant: str, a: argparse.Namespace, tmp: Path) -> dict[str, Any
     body = request_body("names", 100)
     try:
         wait_ready(port, proc)
-        attack = Attack(port, a)
+        attack = Attack(port, a, body)
         attack.start()
         time.sleep(2.0)  # every attacker connected
         results: dict[str, Any] = {}
@@ -196,6 +222,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--slowloris", type=int, default=8)
     p.add_argument("--liars", type=int, default=8)
     p.add_argument("--chunk-liars", type=int, default=4)
+    p.add_argument("--followers", type=int, default=0)
     p.add_argument("--threads", type=int, default=32, help="threads per worker of the gthread variant")
     p.add_argument("--keepalive", type=float, default=5.0, help="keep-alive seconds of the gthread variant")
     p.add_argument("--main", help="checkout of the previous release (the main variant needs it)")
