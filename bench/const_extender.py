@@ -5,13 +5,17 @@ its connection): filter passes every node it is sent, prioritize scores every no
 served only when given the API server (``--api``): then it POSTs the ``pods/binding`` at once,
 over kept-alive TLS connections (http.client, a client certificate), and answers kube-scheduler
 with the API's outcome — the least an extender with the bind verb must do, and the floor for
-joulesched with it (the binding's API write moves from kube-scheduler into the extender). Names mode (``nodeCacheCapable: true``): the request is decoded to find
+joulesched with it (the binding's API write moves from kube-scheduler into the extender). With
+``--bind-declines`` instead, bind is answered with an ``Error`` at once and nothing is written:
+kube-scheduler, whose entry is ``ignorable``, then skips the extender and binds the pod with its
+own binder (kube-scheduler's ``extendersBinding``) — the floor for an extender that is only told
+where each pod goes and leaves the write to kube-scheduler. Names mode (``nodeCacheCapable: true``): the request is decoded to find
 ``NodeNames``, which is the least any extender must do. Full-Node mode (``false``): nothing is
 decoded; filter echoes the ``Nodes`` bytes as kube-scheduler sent them and prioritize finds the
 names with a regular expression — the least kube-scheduler's own encoding allows, and a floor
 no real extender (which must read the nodes it scores) gets under.
 
-    python bench/const_extender.py PORT [--api URL --ca FILE --cert FILE --key FILE]
+    python bench/const_extender.py PORT [--api URL --ca FILE --cert FILE --key FILE | --bind-declines]
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class ApiServer:
 
 
 API: ApiServer | None = None
+DECLINES = False  # --bind-declines
 
 
 class Server(ThreadingHTTPServer):
@@ -102,6 +107,9 @@ class Handler(BaseHTTPRequestHandler):
         verb = self.path.rsplit("/", 1)[-1]
         if verb == "bind" and API is not None:
             self._bind(body)
+            return
+        if verb == "bind" and DECLINES:
+            self._send(200, b'{"Error":"not bound here: kube-scheduler binds (ignorable)"}')
             return
         nodes = body.find(b',"Nodes":{')
         if nodes > 0 and body.endswith(NODE_NAMES_NULL):
@@ -168,14 +176,18 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    global API
+    global API, DECLINES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("port", type=int)
     p.add_argument("--api", help="the API server's URL: serve bind (with --ca, --cert, --key)")
     p.add_argument("--ca")
     p.add_argument("--cert")
     p.add_argument("--key")
+    p.add_argument("--bind-declines", action="store_true", help="answer bind with an Error at once, writing nothing")
     args = p.parse_args()
+    if args.api and args.bind_declines:
+        p.error("--api and --bind-declines: one or the other")
+    DECLINES = args.bind_declines
     if args.api:
         if not (args.ca and args.cert and args.key):
             p.error("--api needs --ca, --cert and --key")

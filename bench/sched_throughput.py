@@ -18,6 +18,10 @@ Contenders, interleaved round by round (A B C D A B C D ...):
   to the API server at once (stdlib http.client over kept-alive TLS): the floor for an
   extender that binds, which ``names`` is (the bind verb moves the binding's API write from
   kube-scheduler into the extender);
+* ``const-record``: the constant-score extender with the bind verb answered by an ``Error`` at
+  once (``--bind-declines``): kube-scheduler, its entry ``ignorable``, skips the extender and
+  binds with its own binder. The floor for an extender that is told where each pod goes (as the
+  bind verb tells joulesched) but leaves the binding's write to kube-scheduler;
 * ``names``: joulesched's extender as shipped (deploy/extender/config.yaml, gunicorn, the pod
   watch) with deploy/'s extender entry (``nodeCacheCapable: true``);
 * ``const-full``: the constant-score extender with ``nodeCacheCapable: false``: it echoes the
@@ -31,6 +35,9 @@ Contenders, interleaved round by round (A B C D A B C D ...):
 * ``top-bind``: joulesched with ``policy.filter_keeps: top``, deploy/'s filterVerb and bindVerb
   (no prioritize): filter keeps every node it ranks first, all scored alike, kube-scheduler's
   own plugins (MostAllocated) choose among them, and the extender binds;
+* ``record``: names mode with ``bind.write: false``: the bind verb tells the extender where each
+  pod goes and answers that kube-scheduler binds it, which kube-scheduler (``ignorable``) then
+  does with its own binder; compared with ``const-record``;
 * ``watch``: names mode without the bind verb (kube-scheduler binds; the extender learns
   placements from its top choices and the pod watch only), what was shipped before the bind
   verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
@@ -112,13 +119,18 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "const-bind", "names", "const-full", "full", "watch", "choose", "choose-bind", "top-bind")
+CONTENDERS = ("alone", "const", "const-bind", "const-record", "names", "record", "const-full", "full", "watch", "choose", "choose-bind", "top-bind")
 # What each contender is compared with: the constant-score extender, and for one that binds
 # (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
 BINDERS = ("names", "full", "choose-bind", "top-bind")
-# The contenders served by a joulesched extender of their own: its policy.filter_keeps.
-FILTER_KEEPS_OF = {"choose": "best", "choose-bind": "best", "top-bind": "top"}
+# Served by a joulesched extender of its own, with these settings (--set form) on top of --set's.
+SETTINGS_OF = {
+    "choose": ("policy.filter_keeps=best",),
+    "choose-bind": ("policy.filter_keeps=best",),
+    "top-bind": ("policy.filter_keeps=top",),
+    "record": ("bind.write=false",),
+}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 ATTEMPTS = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -276,12 +288,16 @@ def pin(pid: int, cpus: set[int]) -> None:
 
 
 class ConstExtender(ManagedProcess):
-    def __init__(self, workdir: Path, cp: ControlPlane | None = None) -> None:
-        """The constant-score extender; with ``cp``, serving bind against its API server too."""
+    def __init__(self, workdir: Path, cp: ControlPlane | None = None, *, declines: bool = False) -> None:
+        """The constant-score extender; with ``cp``, serving bind against its API server too;
+        with ``declines``, answering bind with an Error (kube-scheduler then binds)."""
         self.port = free_port()
         argv = [sys.executable, str(ROOT / "bench" / "const_extender.py"), str(self.port)]
         name = "const-extender"
-        if cp is not None:
+        if declines:
+            argv.append("--bind-declines")
+            name = "const-record-extender"
+        elif cp is not None:
             assert cp.pki is not None
             cert, key = cp._admin_cert
             argv += ["--api", cp.server, "--ca", str(cp.pki.ca_crt), "--cert", str(cert), "--key", str(key)]
@@ -393,7 +409,7 @@ def run_burst(
     entry = None
     if contender != "alone":
         entry = deploy_extender_entry(url, nodeCacheCapable=contender not in ("full", "const-full"))
-        if contender in ("const", "const-full", "const-bind"):
+        if contender in ("const", "const-full", "const-bind", "const-record"):
             entry.pop("preemptVerb", None)
         if contender in ("const", "const-full", "watch", "choose"):
             entry.pop("bindVerb", None)
@@ -401,7 +417,7 @@ def run_burst(
             entry.pop("prioritizeVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
-    binds = contender in BINDERS and entry is not None and "bindVerb" in entry
+    binds = contender in (*BINDERS, "record") and entry is not None and "bindVerb" in entry
     waits0 = bind_waits(url) if binds and url else None
     api0, etcd0 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     sched = cp.start_scheduler(
@@ -475,8 +491,9 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
     results: list[Burst] = []
     const = ConstExtender(work)
     const_bind = ConstExtender(work, cp) if "const-bind" in args.contenders else None
+    const_record = ConstExtender(work, declines=True) if "const-record" in args.contenders else None
     if args.extender_cpus:
-        for proc in (const, const_bind):
+        for proc in (const, const_bind, const_record):
             if proc is not None:
                 pin(proc.pid, args.extender_cpus)
     try:
@@ -489,11 +506,11 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
             print(f"# {n} nodes created in {time.monotonic() - t0:.0f} s", flush=True)
             ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set)
             keeping = {
-                keeps: joulesched_extender(
-                    work / f"ext-{keeps}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{keeps}",
-                    settings=[*args.set, f"policy.filter_keeps={keeps}"],
+                settings: joulesched_extender(
+                    work / f"ext-{i}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{i}",
+                    settings=[*args.set, *settings],
                 )
-                for keeps in sorted({FILTER_KEEPS_OF[c] for c in args.contenders if c in FILTER_KEEPS_OF})
+                for i, settings in enumerate(sorted({SETTINGS_OF[c] for c in args.contenders if c in SETTINGS_OF}))
             }
             if args.extender_cpus:
                 for proc in (ext, *keeping.values()):
@@ -503,11 +520,12 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                     for pct in args.pct:
                         for rnd in range(args.rounds):
                             for contender in args.contenders:
-                                own = keeping.get(FILTER_KEEPS_OF.get(contender, ""))
+                                own = keeping.get(SETTINGS_OF.get(contender, ()))
                                 url, pid = (own.url, own.pid) if own else {
                                     "alone": (None, None),
                                     "const": (const.url, const.pid),
                                     "const-bind": (const_bind.url, const_bind.pid) if const_bind else (None, None),
+                                    "const-record": (const_record.url, const_record.pid) if const_record else (None, None),
                                     "const-full": (const.url, const.pid),
                                     "names": (ext.url, ext.pid),
                                     "full": (ext.url, ext.pid),
@@ -536,8 +554,9 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                 delete_nodes(cp, names)
     finally:
         const.stop()
-        if const_bind is not None:
-            const_bind.stop()
+        for proc in (const_bind, const_record):
+            if proc is not None:
+                proc.stop()
     return results
 
 

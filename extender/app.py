@@ -34,7 +34,7 @@ from joulesched.extender.logsafe import RateLimitedLog, escape
 from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter, ProfileStatus
 from joulesched.extender.predicted import Occupancy, PredictedLoad, Unbound
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
-from joulesched.extender.service import Extender
+from joulesched.extender.service import Extender, scheduler_binds
 from joulesched.policy.config import FILTER_KEEPS
 from joulesched.policy.errors import PolicyError
 
@@ -60,10 +60,14 @@ def make_source(config: ExtenderConfig) -> ProfileSource:
     return FileSource(config.file_path, config.file_reload_seconds)
 
 
-def make_binder(config: ExtenderConfig) -> Callable[[wire.BindingArgs], None]:
+def make_binder(config: ExtenderConfig, in_flight: Gauge) -> Callable[[wire.BindingArgs], None]:
+    """What the bind verb does once the placement is recorded: the API write, counted in
+    ``in_flight`` while the API server has it; with ``bind.write: false``, nothing (kube-scheduler writes)."""
+    if not config.bind_write:
+        return scheduler_binds
     from joulesched.extender.kube import Binder
 
-    return Binder(config.kubeconfig)
+    return _in_flight(Binder(config.kubeconfig), in_flight)
 
 
 def _in_flight(binder: Callable[[wire.BindingArgs], None], gauge: Gauge) -> Callable[[wire.BindingArgs], None]:
@@ -90,7 +94,7 @@ def create_app(
     metrics = metrics or ExtenderMetrics()
     predicted = PredictedLoad(config.predicted_ttl_seconds, config.predicted_settle_seconds)
     occupancy = Occupancy() if config.watch_pods else None
-    binder = _in_flight(make_binder(config), metrics.binds_in_flight) if config.bind_enabled else None
+    binder = make_binder(config, metrics.binds_in_flight) if config.bind_enabled else None
 
     def waited(outcome: str, seconds: float) -> None:
         metrics.bind_waits.labels(outcome).inc()

@@ -4,7 +4,7 @@ Each field is declared once below, with its default, bounds and meaning (``setti
 parser and the reference table in docs/configuration.md (``python -m joulesched.configdoc``)
 derive from those declarations. The document nests them by key: ``profiles.{source, file.path,
 file.reload_seconds, prometheus.url, ...}``, ``policy`` (policy/config.py),
-``predicted_load.*``, ``bind.enabled``, ``servers.*``, ``server.*`` (gunicorn).
+``predicted_load.*``, ``bind.enabled``, ``bind.write``, ``servers.*``, ``server.*`` (gunicorn).
 """
 
 from __future__ import annotations
@@ -125,6 +125,14 @@ class ExtenderConfig:
         False,
         "serve the bind verb (RBAC: create pods/binding; set `bindVerb: bind` in the scheduler config)",
         key="bind.enabled",
+    )
+    bind_write: bool = setting(
+        True,
+        "write each binding through the API server (RBAC: create pods/binding). false: record where"
+        " kube-scheduler placed the pod and answer that kube-scheduler binds it, which it then does with its"
+        " own binder, under its own `clientConnection.qps`, only if the extender entry is `ignorable: true`"
+        " (it logs that answer for each pod; docs/extender.md, \"The bind verb: what it costs\")",
+        key="bind.write",
     )
     bind_wait_seconds: float = setting(
         0.2,

@@ -38,11 +38,30 @@ from joulesched.policy.scoring import (
 log = logging.getLogger(__name__)
 
 Binder = Callable[[wire.BindingArgs], None]  # raises on failure
+
 SERVER_ID_LABEL = "joulesched.io/server-id"
 # How long after a pod's filter its prioritize may be answered from the filter's evaluation:
 # longer than a scheduling cycle between the two verbs, short against every time the policy
 # counts in (measurement age, the ledger's settling, pods' runtimes).
 CYCLE_SECONDS = 1.0
+
+
+class LeftToScheduler(Exception):
+    """Raised by :func:`scheduler_binds`: the binding is kube-scheduler's to write."""
+
+
+def scheduler_binds(args: wire.BindingArgs) -> None:
+    """The binder of ``bind.write: false``: writes nothing, and says kube-scheduler binds.
+
+    kube-scheduler calls an extender's bind verb before its own binder, and when an extender
+    whose entry is ``ignorable`` answers with an error, it logs that answer and binds the pod
+    itself (``extendersBinding``, then the DefaultBinder plugin). The bind verb then tells the
+    extender where each pod went, as it does when the extender writes the binding, and the
+    write stays kube-scheduler's: in Go, under its own API rate and identity.
+    """
+    raise LeftToScheduler(
+        f"joulesched: {args.pod_namespace}/{args.pod_name} on {args.node} recorded; kube-scheduler binds it (bind.write: false)"
+    )
 
 
 @dataclass(frozen=True)
@@ -297,6 +316,8 @@ class Extender:
             return {"Error": f"binding {bargs.pod_namespace}/{bargs.pod_name} to {bargs.node}: not sent, the client had gone"}
         try:
             self.binder(bargs)
+        except LeftToScheduler as err:  # recorded above: kube-scheduler (ignorable) writes the binding
+            return {"Error": str(err)}
         except Exception as err:  # the API's answer goes back to kube-scheduler in Error
             # The placement stays: kube-scheduler (ignorable) binds the pod to that node itself,
             # or (not ignorable) schedules it again, and its next binding moves it (by UID).

@@ -30,6 +30,10 @@ the ledger records that node as the filter answers, and no other verb is needed
 With ``policy.filter_keeps: top`` filter keeps every node the extender ranks first (all scored
 alike) and kube-scheduler's plugins choose among them; prioritizeVerb is left out, and the
 bind verb keeps the ledger right as with ``all``.
+
+With ``bind.write: false`` the bind verb only records where the pod went and answers that
+kube-scheduler binds it: kube-scheduler (the entry ``ignorable``) logs that answer and binds the
+pod with its own binder. The ledger learns each placement as it does when the extender writes.
 """
 
 from __future__ import annotations
@@ -49,8 +53,12 @@ def base_utilisation(i: int) -> float:
     return 0.20 + 0.05 * (i % 10)
 
 
-@pytest.mark.parametrize("keeps", ["all", "top", "best"], ids=["filter-keeps-all", "filter-keeps-top", "filter-keeps-best"])
-def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace, keeps):
+@pytest.mark.parametrize(
+    ("keeps", "write"),
+    [("all", True), ("top", True), ("best", True), ("all", False)],
+    ids=["filter-keeps-all", "filter-keeps-top", "filter-keeps-best", "filter-keeps-all-bind-write-off"],
+)
+def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_factory, e2e_namespace, keeps, write):
     cp = control_plane
     tag = uuid.uuid4().hex[:6]
     selector = {"e2e-test": f"sat-{tag}"}
@@ -64,6 +72,7 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
     }
     config = deploy_extender_config(cp.kubeconfig)
     config["policy"] = {**config["policy"], "filter_keeps": keeps}
+    config["bind"] = {**config["bind"], "write": write}
     ext = extender_factory(profiles, config)
     for n in names:
         cp.create_node(n, cpu=str(CORES), memory="64Gi", pods=110, labels=selector)
@@ -78,8 +87,9 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
                 del scheduler["extenders"][0][verb]
         if keeps == "top":  # filter and bind: kube-scheduler's plugins choose among the nodes kept
             del scheduler["extenders"][0]["prioritizeVerb"]
-        scheduler_factory(scheduler, name=name)
+        sched = scheduler_factory(scheduler, name=name)
         placed = wait_all_bound(cp, e2e_namespace, pods, timeout=60)
+        log = sched.log_path.read_text(errors="replace")
     finally:
         cp.delete_all_pods(e2e_namespace)
         for n in names:
@@ -103,3 +113,11 @@ def test_a_burst_saturates_no_node(control_plane, scheduler_factory, extender_fa
         assert ext.requests("prioritize") == 0 and ext.requests("bind") == 0, ext.samples()
     if keeps == "top":
         assert ext.requests("prioritize") == 0 and ext.requests("bind", "200") == PODS, ext.samples()
+    # Who wrote the bindings: with bind.write off kube-scheduler skipped the extender's answer for
+    # every pod and bound it itself; otherwise the extender wrote each one.
+    skipped = log.count("Skipping extender in bind as it returned error and has ignorable flag set")
+    if keeps != "best":
+        assert ext.requests("bind", "200") == PODS, ext.samples()
+        assert skipped == (0 if write else PODS), f"{skipped} binds left to kube-scheduler"
+        if not write:
+            assert log.count("kube-scheduler binds it (bind.write: false)") == PODS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 
 import numpy as np
@@ -12,6 +13,9 @@ from flask.testing import FlaskClient
 from prometheus_client import generate_latest
 
 from joulesched.extender import wire
+from joulesched.extender.config import parse_config
+from joulesched.extender.service import scheduler_binds
+from joulesched.policy.errors import ConfigError
 from tests.extender.support import CURVE, Clock, make_node, make_pod, post
 
 NAMES = ["efficient", "hungry", "capped", "stranger"]
@@ -188,6 +192,33 @@ def test_bind_records_the_placement_before_the_api_call(make_app) -> None:  # ty
     assert bind(c, "a", "hungry") == (200, {"Error": ""})
     (placed,) = seen
     assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
+
+
+def test_bind_with_write_off_records_the_placement_and_says_kube_scheduler_binds(make_app, caplog) -> None:  # type: ignore[no-untyped-def]
+    # bind.write: false. The bind verb records where the pod went, as it does before its API
+    # write, and answers an Error that says kube-scheduler binds: kube-scheduler, its entry
+    # ignorable, then binds the pod with its own binder. Nothing is written here, no binding
+    # counts as in flight, and the answer is not logged as a failed bind.
+    app, metrics = make_app({"bind": {"enabled": True, "write": False}})
+    ext = app.extensions["joulesched"]["extender"]
+    assert ext.binder is scheduler_binds
+    c = app.test_client()
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="a", name="a")))
+    with caplog.at_level(logging.INFO, logger="joulesched"):
+        assert bind(c, "a", "hungry") == (200, {"Error": "joulesched: default/a on hungry recorded; kube-scheduler binds it (bind.write: false)"})
+    placed = ext.predicted.placement("a")
+    assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
+    assert not [r for r in caplog.records if r.name.startswith("joulesched")], caplog.records
+    assert metrics.registry.get_sample_value("joulesched_extender_binds_in_flight") == 0
+    assert metrics.registry.get_sample_value("joulesched_extender_requests_total", {"verb": "bind", "code": "200"}) == 1
+    # Binds come through the verb, so the next pod's decision waits for those before it (as
+    # with the API write): this one has come, and nothing is left to wait for.
+    assert ext.unbound.active("") and not ext.unbound._waiting
+
+
+def test_bind_write_must_be_a_boolean() -> None:
+    with pytest.raises(ConfigError, match=r"bind\.write"):
+        parse_config({"bind": {"enabled": True, "write": "no"}}, "test.yaml")
 
 
 @pytest.mark.parametrize("keeps", ["best", "top"])
