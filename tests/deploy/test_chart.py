@@ -306,6 +306,24 @@ def test_the_scheduler_asks_prioritize_only_when_filter_keeps_every_node(helm, k
     assert ("prioritizeVerb" in entry) is prioritize and entry["filterVerb"] == "filter" and entry["bindVerb"] == "bind", entry
 
 
+def test_bind_write_off_keeps_the_bind_verb_drops_the_binding_permission_and_needs_an_ignorable_entry(helm):
+    # bind.write: false: the bind verb only records, kube-scheduler (ignorable) writes the binding
+    objs = by_key(helm_template(helm, "--set", "extender.config.bind.write=false"))
+    rules = objs[("ClusterRole", "", "joulesched-extender")]["rules"]
+    assert not [r for r in rules if "pods/binding" in r["resources"]], rules
+    cfg = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-extender")]["data"]["config.yaml"])
+    assert cfg["bind"] == {"enabled": True, "write": False}
+    sched = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-scheduler-config")]["data"]["scheduler-config.yaml"])
+    assert sched["extenders"][0]["bindVerb"] == "bind" and sched["extenders"][0]["ignorable"] is True
+    # written explicitly: the permission stays
+    rules = by_key(helm_template(helm, "--set", "extender.config.bind.write=true"))[("ClusterRole", "", "joulesched-extender")]["rules"]
+    assert {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]} in rules
+    # a non-ignorable entry would fail every binding on the extender's answer: refused
+    r = run(helm, "template", "joulesched", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION,
+            "--set", "extender.config.bind.write=false", "--set", "scheduler.ignorable=false")
+    assert r.returncode != 0 and "bind.write: false needs scheduler.ignorable: true" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("kube_version,tag", [("v1.37.2", "v1.37.2"), ("v1.36.0", "v1.36.0"),
                                               ("v1.35.4+k3s1", "v1.35.4")])
 def test_scheduler_image_follows_the_cluster_version(helm, kube_version, tag):

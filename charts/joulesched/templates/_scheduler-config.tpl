@@ -44,7 +44,11 @@ extenders:
     {{- end }}
     preemptVerb: preempt
     {{- if and $cfg.bind $cfg.bind.enabled }}
-    # The extender binds: it knows where each pod went before it answers for the next one
+    {{- if and (hasKey $cfg.bind "write") (not $cfg.bind.write) (not .Values.scheduler.ignorable) }}
+    {{- fail "extender.config.bind.write: false needs scheduler.ignorable: true: kube-scheduler binds a pod itself only when an ignorable extender answers its bind with an error, and a non-ignorable one fails every binding" }}
+    {{- end }}
+    # The extender binds (with its bind.write: false it only records, and kube-scheduler, the
+    # entry ignorable, writes): it knows where each pod went before it answers for the next one
     # (deploy/scheduler/scheduler-config.yaml).
     bindVerb: bind
     {{- end }}
