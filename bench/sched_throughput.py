@@ -507,10 +507,11 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
             ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set)
             keeping = {
                 settings: joulesched_extender(
-                    work / f"ext-{i}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{i}",
+                    work / f"ext-{label}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{label}",
                     settings=[*args.set, *settings],
                 )
-                for i, settings in enumerate(sorted({SETTINGS_OF[c] for c in args.contenders if c in SETTINGS_OF}))
+                for settings in sorted({SETTINGS_OF[c] for c in args.contenders if c in SETTINGS_OF})
+                for label in ["-".join(s.rsplit(".", 1)[-1].replace("=", "-") for s in settings)]  # filter_keeps-best, write-false
             }
             if args.extender_cpus:
                 for proc in (ext, *keeping.values()):

@@ -11,6 +11,7 @@ the classes are in ``extender/errors.py``)::
     ExtenderError                  root of every error the extender itself raises
     ├── WireError (ValueError)     a request body that is not a valid extender message → 400
     ├── BindDisabled               the bind verb is not enabled → 404
+    ├── LeftToScheduler            bind.write: false: recorded, kube-scheduler binds → 200, in Error
     ├── ExpanderError              ``joulesched expander``: bad input or settings → exit 2
     ├── DeferrerError              ``joulesched deferrer``: bad input or settings → exit 2
     └── admission.ReviewError      a webhook request that is not an AdmissionReview v1 → 400
@@ -26,6 +27,13 @@ Configuration errors stay :class:`policy.errors.ConfigError`, the one class ever
 launcher reports it the same way as the agent does.
 """
 
-from joulesched.extender.errors import BindDisabled, DeferrerError, ExpanderError, ExtenderError, WireError
+from joulesched.extender.errors import (
+    BindDisabled,
+    DeferrerError,
+    ExpanderError,
+    ExtenderError,
+    LeftToScheduler,
+    WireError,
+)
 
-__all__ = ["BindDisabled", "DeferrerError", "ExpanderError", "ExtenderError", "WireError"]
+__all__ = ["BindDisabled", "DeferrerError", "ExpanderError", "ExtenderError", "LeftToScheduler", "WireError"]

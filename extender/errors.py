@@ -15,6 +15,10 @@ class BindDisabled(ExtenderError):
     """The bind verb was called but is not enabled."""
 
 
+class LeftToScheduler(ExtenderError):
+    """``bind.write: false``: the placement is recorded and the binding is kube-scheduler's to write."""
+
+
 class ExpanderError(ExtenderError):
     """``joulesched expander``: bad input or settings (exit status 2)."""
 
@@ -23,4 +27,4 @@ class DeferrerError(ExtenderError):
     """``joulesched deferrer``: bad input or settings (exit status 2)."""
 
 
-__all__ = ["BindDisabled", "DeferrerError", "ExpanderError", "ExtenderError", "WireError"]
+__all__ = ["BindDisabled", "DeferrerError", "ExpanderError", "ExtenderError", "LeftToScheduler", "WireError"]

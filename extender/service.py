@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from joulesched.extender import wire
-from joulesched.extender.errors import BindDisabled
+from joulesched.extender.errors import BindDisabled, LeftToScheduler
 from joulesched.extender.logsafe import escape
 from joulesched.extender.predicted import Occupancy, Placement, PredictedLoad, Unbound
 from joulesched.extender.profiles import ProfileSource, Snapshot
@@ -44,10 +44,6 @@ SERVER_ID_LABEL = "joulesched.io/server-id"
 # longer than a scheduling cycle between the two verbs, short against every time the policy
 # counts in (measurement age, the ledger's settling, pods' runtimes).
 CYCLE_SECONDS = 1.0
-
-
-class LeftToScheduler(Exception):
-    """Raised by :func:`scheduler_binds`: the binding is kube-scheduler's to write."""
 
 
 def scheduler_binds(args: wire.BindingArgs) -> None:
