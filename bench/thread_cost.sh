@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The extender worker's CPU and context switches, thread by thread, over each burst of
+# The extender workers' CPU and context switches, thread by thread, over each burst of
 # bench/sched_throughput.py (where the CPU a pod goes, and how often each thread
-# wakes for it). Reads /proc/<worker>/task/<tid>/{stat,status} when each burst's
+# wakes for it). The extender is the one that burst's kube-scheduler calls (the port of its
+# config's urlPrefix); every gunicorn worker of it is read, as kube-scheduler's connections
+# may reach either. Reads /proc/<worker>/task/<tid>/{stat,status} when each burst's
 # kube-scheduler starts and until it stops, and the extender's /metrics then (requests,
 # connections and bind waits: totals since that extender started, one per --nodes value).
 # Thread names come from `py-spy dump` when py-spy is on PATH (Python does not name its OS
@@ -22,10 +24,11 @@ tick=$(getconf CLK_TCK)
 "$python" bench/sched_throughput.py "$@" --out "$out" >"$out.log" 2>&1 &
 bench=$!
 trap 'kill "$bench" 2>/dev/null || true' EXIT
-snap() { # tid voluntary involuntary cpu-ticks, for each thread of process $1
-  for t in /proc/"$1"/task/*; do
+snap() { # worker/tid voluntary involuntary cpu-ticks, for each thread of each process named
+  for t in $(for p in "$@"; do echo /proc/"$p"/task/*; done); do
     [ -r "$t/status" ] || continue
-    echo "${t##*/} $(awk '/^voluntary_ctxt/{v=$2} /^nonvoluntary_ctxt/{n=$2} END{print v, n}' "$t/status") $(sed 's/.*) //' "$t/stat" | awk '{print $12+$13}')"
+    p=${t#/proc/} p=${p%%/*}
+    echo "$p/${t##*/} $(awk '/^voluntary_ctxt/{v=$2} /^nonvoluntary_ctxt/{n=$2} END{print v, n}' "$t/status") $(sed 's/.*) //' "$t/stat" | awk '{print $12+$13}')"
   done 2>/dev/null | sort -k1,1
 }
 : >"$out.threads.txt"
@@ -37,29 +40,35 @@ while kill -0 "$bench" 2>/dev/null; do
     continue
   fi
   seen=$sched
-  master=$(pgrep -f "joulesched extender --config /tmp/joulesched-sched-bench" | head -1 || true)
-  worker=$([ -n "$master" ] && pgrep -P "$master" | head -1 || true)
-  if [ -z "$worker" ]; then
+  # the extender this kube-scheduler calls: its config's urlPrefix port (several extenders
+  # may be running at once, one a contender)
+  conf=$(tr '\0' '\n' </proc/"$sched"/cmdline 2>/dev/null | sed -n 's/^--config=//p' || true)
+  calls=$([ -r "$conf" ] && grep -o 'urlPrefix: *http://127.0.0.1:[0-9]*' "$conf" | grep -o '[0-9]*$' | head -1 || true)
+  master=$([ -n "$calls" ] && pgrep -f "joulesched extender --config /tmp/joulesched-sched-bench.*127.0.0.1:$calls( |$)" | head -1 || true)
+  workers=$([ -n "$master" ] && pgrep -P "$master" | tr '\n' ' ' || true)
+  if [ -z "$workers" ]; then
     echo "# burst of kube-scheduler $sched: no joulesched extender running (a const or alone burst)" >>"$out.threads.txt"
     continue
   fi
   port=$(tr '\0' ' ' </proc/"$master"/cmdline 2>/dev/null | grep -o '127.0.0.1:[0-9]*' | head -1 || true)
-  before=$(snap "$worker")
+  before=$(snap $workers)
   names=""
   if command -v py-spy >/dev/null; then
     sleep 1
-    names=$(py-spy dump -p "$worker" 2>/dev/null | sed -n 's/^Thread \([0-9]*\) ([a-z+]*): "\(.*\)"$/\1 \2/p' | sort -k1,1 || true)
+    names=$(for w in $workers; do
+      py-spy dump -p "$w" 2>/dev/null | sed -n "s|^Thread \([0-9]*\) ([a-z+]*): \"\(.*\)\"\$|$w/\1 \2|p" || true
+    done | sort -k1,1)
   fi
   after=$before metrics=""
   while kill -0 "$sched" 2>/dev/null; do
-    after=$(snap "$worker")
+    after=$(snap $workers)
     sleep 0.2
   done
   if [ -n "$port" ]; then  # once, after the burst: each read is a connection of its own
     metrics=$(curl -s "http://$port/metrics" | grep -E '^joulesched_extender_(requests_total\{code="200"|connections_total|bind_waits_total)' || true)
   fi
   {
-    echo "# burst of kube-scheduler $sched ($(date -u +%H:%M:%S) UTC), worker $worker: thread, voluntary and involuntary switches, CPU s"
+    echo "# burst of kube-scheduler $sched ($(date -u +%H:%M:%S) UTC), workers $workers(gunicorn's): worker/thread, voluntary and involuntary switches, CPU s"
     join -a2 -e0 -o 2.1,1.2,1.3,1.4,2.2,2.3,2.4 <(echo "$before") <(echo "$after") |
       awk -v tick="$tick" '{printf "%s %d %d %.2f\n", $1, $5-$2, $6-$3, ($7-$4)/tick}' |
       join -a1 - <(echo "$names") | awk '$4 > 0 || $2 > 50'
