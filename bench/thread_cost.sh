@@ -40,17 +40,16 @@ while kill -0 "$bench" 2>/dev/null; do
     continue
   fi
   seen=$sched
-  # the extender this kube-scheduler calls: its config's urlPrefix port (several extenders
-  # may be running at once, one a contender)
+  # the extender this kube-scheduler calls, by its config's urlPrefix port: several
+  # extenders may be running at once
   conf=$(tr '\0' '\n' </proc/"$sched"/cmdline 2>/dev/null | sed -n 's/^--config=//p' || true)
   calls=$([ -r "$conf" ] && grep -o 'urlPrefix: *http://127.0.0.1:[0-9]*' "$conf" | grep -o '[0-9]*$' | head -1 || true)
   master=$([ -n "$calls" ] && pgrep -f "joulesched extender --config /tmp/joulesched-sched-bench.*127.0.0.1:$calls( |$)" | head -1 || true)
-  workers=$([ -n "$master" ] && pgrep -P "$master" | tr '\n' ' ' || true)
+  workers=$([ -n "$master" ] && pgrep -P "$master" | paste -sd' ' || true)
   if [ -z "$workers" ]; then
     echo "# burst of kube-scheduler $sched: no joulesched extender running (a const or alone burst)" >>"$out.threads.txt"
     continue
   fi
-  port=$(tr '\0' ' ' </proc/"$master"/cmdline 2>/dev/null | grep -o '127.0.0.1:[0-9]*' | head -1 || true)
   before=$(snap $workers)
   names=""
   if command -v py-spy >/dev/null; then
@@ -59,16 +58,15 @@ while kill -0 "$bench" 2>/dev/null; do
       py-spy dump -p "$w" 2>/dev/null | sed -n "s|^Thread \([0-9]*\) ([a-z+]*): \"\(.*\)\"\$|$w/\1 \2|p" || true
     done | sort -k1,1)
   fi
-  after=$before metrics=""
+  after=$before
   while kill -0 "$sched" 2>/dev/null; do
     after=$(snap $workers)
     sleep 0.2
   done
-  if [ -n "$port" ]; then  # once, after the burst: each read is a connection of its own
-    metrics=$(curl -s "http://$port/metrics" | grep -E '^joulesched_extender_(requests_total\{code="200"|connections_total|bind_waits_total)' || true)
-  fi
+  # once, after the burst: each read is a connection of its own
+  metrics=$(curl -s "http://127.0.0.1:$calls/metrics" | grep -E '^joulesched_extender_(requests_total\{code="200"|connections_total|bind_waits_total)' || true)
   {
-    echo "# burst of kube-scheduler $sched ($(date -u +%H:%M:%S) UTC), workers $workers(gunicorn's): worker/thread, voluntary and involuntary switches, CPU s"
+    echo "# burst of kube-scheduler $sched ($(date -u +%H:%M:%S) UTC), gunicorn workers $workers: worker/thread, voluntary and involuntary switches, CPU s"
     join -a2 -e0 -o 2.1,1.2,1.3,1.4,2.2,2.3,2.4 <(echo "$before") <(echo "$after") |
       awk -v tick="$tick" '{printf "%s %d %d %.2f\n", $1, $5-$2, $6-$3, ($7-$4)/tick}' |
       join -a1 - <(echo "$names") | awk '$4 > 0 || $2 > 50'
