@@ -38,6 +38,8 @@ Contenders, interleaved round by round (A B C D A B C D ...):
 * ``record``: names mode with ``bind.write: false``: the bind verb tells the extender where each
   pod goes and answers that kube-scheduler binds it, which kube-scheduler (``ignorable``) then
   does with its own binder; compared with ``const-record``;
+* ``nowait``: names mode as shipped but with ``bind.wait_seconds: 0``: no decision waits for
+  the bindings of the pods answered before it (what those waits cost the scheduling cycle);
 * ``watch``: names mode without the bind verb (kube-scheduler binds; the extender learns
   placements from its top choices and the pod watch only), what was shipped before the bind
   verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
@@ -119,17 +121,18 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "const-bind", "const-record", "names", "record", "const-full", "full", "watch", "choose", "choose-bind", "top-bind")
+CONTENDERS = ("alone", "const", "const-bind", "const-record", "names", "nowait", "record", "const-full", "full", "watch", "choose", "choose-bind", "top-bind")
 # What each contender is compared with: the constant-score extender, and for one that binds
 # (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
-BINDERS = ("names", "full", "choose-bind", "top-bind")
+BINDERS = ("names", "nowait", "full", "choose-bind", "top-bind")
 # Served by a joulesched extender of its own, with these settings (--set form) on top of --set's.
 SETTINGS_OF = {
     "choose": ("policy.filter_keeps=best",),
     "choose-bind": ("policy.filter_keeps=best",),
     "top-bind": ("policy.filter_keeps=top",),
     "record": ("bind.write=false",),
+    "nowait": ("bind.wait_seconds=0",),
 }
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64

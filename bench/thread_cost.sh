@@ -18,6 +18,7 @@ export LC_ALL=C
 out=$(realpath -m "$1")
 shift
 cd "$(dirname "$0")/.."
+. bench/bursts.sh
 export PYTHONPATH=$PWD
 python=${PYTHON:-python}
 tick=$(getconf CLK_TCK)
@@ -32,23 +33,12 @@ snap() { # worker/tid voluntary involuntary cpu-ticks, for each thread of each p
   done 2>/dev/null | sort -k1,1
 }
 : >"$out.threads.txt"
-seen=""
-while kill -0 "$bench" 2>/dev/null; do
-  sched=$(pgrep -f "kube-scheduler.*joulesched-sched-bench" | head -1 || true)
-  if [ -z "$sched" ] || [ "$sched" = "$seen" ]; then
-    sleep 0.2
-    continue
-  fi
-  seen=$sched
-  # the extender this kube-scheduler calls, by its config's urlPrefix port: several
-  # extenders may be running at once
-  conf=$(tr '\0' '\n' </proc/"$sched"/cmdline 2>/dev/null | sed -n 's/^--config=//p' || true)
-  calls=$([ -r "$conf" ] && grep -o 'urlPrefix: *http://127.0.0.1:[0-9]*' "$conf" | grep -o '[0-9]*$' | head -1 || true)
-  master=$([ -n "$calls" ] && pgrep -f "joulesched extender --config /tmp/joulesched-sched-bench.*127.0.0.1:$calls( |$)" | head -1 || true)
-  workers=$([ -n "$master" ] && pgrep -P "$master" | paste -sd' ' || true)
+burst() { # kube-scheduler, the extender's port, its gunicorn master
+  local sched=$1 calls=$2 workers before names after metrics
+  workers=$(pgrep -P "$3" | paste -sd' ' || true)
   if [ -z "$workers" ]; then
-    echo "# burst of kube-scheduler $sched: no joulesched extender running (a const or alone burst)" >>"$out.threads.txt"
-    continue
+    echo "# burst of kube-scheduler $sched: no joulesched worker running" >>"$out.threads.txt"
+    return
   fi
   before=$(snap $workers)
   names=""
@@ -73,7 +63,8 @@ while kill -0 "$bench" 2>/dev/null; do
     echo "# the extender's totals since it started:"
     echo "$metrics"
   } >>"$out.threads.txt"
-done
+}
+each_burst "$bench" "$out.threads.txt" burst
 wait "$bench"
 trap - EXIT
 cat "$out.threads.txt"

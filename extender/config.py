@@ -137,7 +137,8 @@ class ExtenderConfig:
     bind_wait_seconds: float = setting(
         0.2,
         "while kube-scheduler binds through the bind verb, a filter or prioritize first waits up to this"
-        " long for the bindings of the pods answered before it (each pod is waited for once)",
+        " long for the bindings of the pods answered before it (each pod is waited for once); 0: no waiting,"
+        " and then nothing holds kube-scheduler to the pace the API server takes the bindings at (docs/policy.md)",
         key="bind.wait_seconds",
         minimum=0,
         maximum=0.5,
