@@ -10,17 +10,11 @@
 #
 # Writes OUT.{txt,json,log} (sched_throughput's) and OUT.inflight.txt: per burst, how many
 # reads saw each count, and the largest. Not a timed test.
-set -euo pipefail
-export LC_ALL=C
 out=$(realpath -m "$1")
 shift
 cd "$(dirname "$0")/.."
 . bench/bursts.sh
-export PYTHONPATH=$PWD
-python=${PYTHON:-python}
-"$python" bench/sched_throughput.py "$@" --out "$out" >"$out.log" 2>&1 &
-bench=$!
-trap 'kill "$bench" 2>/dev/null || true' EXIT
+start_bench "$out" "$@"
 : >"$out.inflight.txt"
 burst() { # kube-scheduler, the extender's port, its gunicorn master
   local sched=$1 calls=$2 samples="" n

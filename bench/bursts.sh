@@ -1,5 +1,17 @@
 # Shell functions for the scripts that watch bench/sched_throughput.py's bursts
-# (thread_cost.sh, binds_in_flight.sh); sourced, not run.
+# (thread_cost.sh, binds_in_flight.sh); sourced, not run, from the repository's root.
+set -euo pipefail
+export LC_ALL=C
+
+# start_bench OUT ARGS...: bench/sched_throughput.py ARGS --out OUT in the background (its
+# output in OUT.log), with $PYTHON (default: python); sets $bench to its pid, killed on exit.
+start_bench() {
+  local out=$1
+  shift
+  PYTHONPATH=$PWD "${PYTHON:-python}" bench/sched_throughput.py "$@" --out "$out" >"$out.log" 2>&1 &
+  bench=$!
+  trap 'kill "$bench" 2>/dev/null || true' EXIT
+}
 
 # "PORT MASTER" of the joulesched extender kube-scheduler $1 calls, by the port of its config's
 # urlPrefix (several extenders may be running at once), or nothing (a const or alone burst).

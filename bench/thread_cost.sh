@@ -13,18 +13,12 @@
 #     bench/thread_cost.sh /tmp/tc --nodes 100 --rounds 1 --pods 2000 --qps 5000 --pct 100 --contenders names
 #
 # Writes OUT.{txt,json,log} (sched_throughput's) and OUT.threads.txt. Not a timed test.
-set -euo pipefail
-export LC_ALL=C
 out=$(realpath -m "$1")
 shift
 cd "$(dirname "$0")/.."
 . bench/bursts.sh
-export PYTHONPATH=$PWD
-python=${PYTHON:-python}
+start_bench "$out" "$@"
 tick=$(getconf CLK_TCK)
-"$python" bench/sched_throughput.py "$@" --out "$out" >"$out.log" 2>&1 &
-bench=$!
-trap 'kill "$bench" 2>/dev/null || true' EXIT
 snap() { # worker/tid voluntary involuntary cpu-ticks, for each thread of each process named
   for t in $(for p in "$@"; do echo /proc/"$p"/task/*; done); do
     [ -r "$t/status" ] || continue
