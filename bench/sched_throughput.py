@@ -9,7 +9,9 @@ gained between the first sample that shows a scheduled pod and the last, over th
 Attempts it counted as errors (``result="error"``, e.g. an extender's bind past its
 ``httpTimeout``) are reported with the burst: such a pod may be bound and never counted.
 
-Contenders, interleaved round by round (A B C D A B C D ...):
+Contenders, interleaved round by round, each round starting one contender later (A B C D,
+B C D A, C D A B, ...: since 2026-12-06; before, A B C D every round, so each always ran after
+the same one):
 
 * ``alone``: kube-scheduler without an extender;
 * ``const``: a constant-score extender (bench/const_extender.py: stdlib http.server, HTTP/1.1
@@ -43,7 +45,9 @@ Contenders, interleaved round by round (A B C D A B C D ...):
 * ``watch``: names mode without the bind verb (kube-scheduler binds; the extender learns
   placements from its top choices and the pod watch only), what was shipped before the bind
   verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
-  this is that cost.
+  this is that cost;
+* any name given with ``--variant NAME:KEY=VALUE``: names mode as shipped, bind verb included,
+  with those settings (``--variant threads64:bind.threads=64 --contenders const,names,threads64``).
 
 Every contender uses deploy/'s scheduler profile (MostAllocated). Each configuration is a node
 count × the API rate (``clientConnection.qps``/``burst``: kube-scheduler ignores the deprecated
@@ -134,6 +138,9 @@ SETTINGS_OF = {
     "record": ("bind.write=false",),
     "nowait": ("bind.wait_seconds=0",),
 }
+# More of them, named on the command line (--variant NAME:KEY=VALUE): names mode as shipped,
+# bind verb included, with those settings.
+VARIANTS: dict[str, tuple[str, ...]] = {}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CORES = 64
 ATTEMPTS = re.compile(r"^scheduler_schedule_attempts_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
@@ -420,7 +427,7 @@ def run_burst(
             entry.pop("prioritizeVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
-    binds = contender in (*BINDERS, "record") and entry is not None and "bindVerb" in entry
+    binds = contender in (*BINDERS, *VARIANTS, "record") and entry is not None and "bindVerb" in entry
     waits0 = bind_waits(url) if binds and url else None
     api0, etcd0 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     sched = cp.start_scheduler(
@@ -513,7 +520,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                     work / f"ext-{label}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{label}",
                     settings=[*args.set, *settings],
                 )
-                for settings in sorted({SETTINGS_OF[c] for c in args.contenders if c in SETTINGS_OF})
+                for settings in sorted({SETTINGS_OF.get(c) or VARIANTS[c] for c in args.contenders if c in SETTINGS_OF or c in VARIANTS})
                 for label in ["-".join(s.rsplit(".", 1)[-1].replace("=", "-") for s in settings)]  # filter_keeps-best, write-false
             }
             if args.extender_cpus:
@@ -523,8 +530,10 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                 for qps in args.qps:
                     for pct in args.pct:
                         for rnd in range(args.rounds):
-                            for contender in args.contenders:
-                                own = keeping.get(SETTINGS_OF.get(contender, ()))
+                            # each round starts one contender later: none always follows the same one
+                            turn = rnd % len(args.contenders)
+                            for contender in (*args.contenders[turn:], *args.contenders[:turn]):
+                                own = keeping.get(SETTINGS_OF.get(contender) or VARIANTS.get(contender, ()))
                                 url, pid = (own.url, own.pid) if own else {
                                     "alone": (None, None),
                                     "const": (const.url, const.pid),
@@ -580,7 +589,7 @@ def summarise(results: list[Burst]) -> list[str]:
                     statistics.median(b.pods_per_s for b in of_floor),
                     statistics.median(b.extender_cpu_ms_per_pod or 0 for b in of_floor),
                 )
-        for contender in CONTENDERS:
+        for contender in (*CONTENDERS, *VARIANTS):
             mine = [b for b in group if b.contender == contender]
             if not mine:
                 continue
@@ -596,7 +605,7 @@ def summarise(results: list[Burst]) -> list[str]:
             ratios = []
             for floor in FLOORS:
                 rate_ratio = cpu_ratio = "–"
-                compared = contender in BINDERS if floor == "const-bind" else contender not in ("alone", floor)
+                compared = contender in (*BINDERS, *VARIANTS) if floor == "const-bind" else contender not in ("alone", floor)
                 if floor in floors and compared:
                     floor_rate, floor_cpu = floors[floor]
                     if floor_rate:
@@ -842,6 +851,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a setting of joulesched's extender over deploy/'s config (dotted key, YAML value), e.g. bind.wait_seconds=0",
     )
     p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE",
+        help="another joulesched contender NAME (name it in --contenders): names mode as shipped with this setting"
+        " over --set's; repeat for more settings of one variant, e.g. threads64:bind.threads=64",
+    )
+    p.add_argument(
         "--extender-cpus",
         metavar="LIST",
         help="run the extenders on these CPUs (e.g. 1) and etcd, kube-apiserver, kube-scheduler and this"
@@ -881,9 +898,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.pct = [None if x == "default" else int(x) for x in args.pct.split(",")]
     args.contenders = [c for c in args.contenders.split(",") if c]
     args.cases = [c for c in args.cases.split(",") if c]
-    unknown = set(args.contenders) - set(CONTENDERS)
+    for variant in args.variant:
+        name, _, setting = variant.partition(":")
+        key = setting.partition("=")[0]
+        if not name or "=" not in setting or not all(key.split(".")) or name in CONTENDERS:
+            p.error(f"--variant {variant!r}: NAME:KEY=VALUE expected, NAME none of {', '.join(CONTENDERS)}")
+        VARIANTS[name] = (*VARIANTS.get(name, ()), setting)
+    for name, settings in VARIANTS.items():
+        try:
+            apply_settings(deploy_extender_config("kubeconfig"), [*args.set, *settings])
+        except ValueError as err:
+            p.error(f"--variant {name}: {err}")
+    unknown = set(args.contenders) - set(CONTENDERS) - set(VARIANTS)
     if unknown:
-        p.error(f"--contenders: unknown {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
+        p.error(f"--contenders: unknown {sorted(unknown)}; choose from {', '.join((*CONTENDERS, *VARIANTS))}")
     bin_dir = os.environ.get("JOULESCHED_K8S_BIN_DIR")
     if not bin_dir:
         p.error("set JOULESCHED_K8S_BIN_DIR to the directory holding kube-apiserver, kube-scheduler and kubectl")
