@@ -10,7 +10,8 @@
 #
 # Writes OUT.{txt,json,log} (sched_throughput's) and OUT.inflight.txt: per burst, how many
 # reads saw each count, and the largest. Not a timed test.
-out=$(realpath -m "$1")
+set -euo pipefail
+out=$(realpath -m "${1:?usage: $0 OUT [sched_throughput.py arguments]}")
 shift
 cd "$(dirname "$0")/.."
 . bench/bursts.sh

@@ -27,11 +27,19 @@ def per_pod(bursts: Sequence[dict[str, Any]], key: str) -> float:
 
 def budget(results: Sequence[dict[str, Any]], floor: str) -> list[str]:
     lines = [
-        f"| nodes | contender | extender | kube-scheduler | kube-apiserver + etcd | total ms a pod | pods/s ÷ {floor}: by CPU | measured | with {floor}'s extender CPU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| nodes | qps | percentageOfNodesToScore | contender | extender | kube-scheduler | kube-apiserver + etcd | total ms a pod | pods/s ÷ {floor}: by CPU | measured | with {floor}'s extender CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for nodes in sorted({r["nodes"] for r in results}):
-        here = [r for r in results if r["nodes"] == nodes and r["scheduled"] and r["extender_cpu_s"] is not None]
+    configs = sorted({(r["nodes"], r["qps"], str(r["percentage"])) for r in results})
+    for config in configs:
+        nodes, qps, percentage = config
+        here = [
+            r
+            for r in results
+            if (r["nodes"], r["qps"], str(r["percentage"])) == config
+            and r["scheduled"]
+            and r["extender_cpu_s"] is not None
+        ]
         parts = {}
         for contender in dict.fromkeys(r["contender"] for r in here):
             mine = [r for r in here if r["contender"] == contender]
@@ -46,7 +54,7 @@ def budget(results: Sequence[dict[str, Any]], floor: str) -> list[str]:
         floor_total = sum(parts[floor])
         for contender, (ext, sched, control) in parts.items():
             total = ext + sched + control
-            row = f"| {nodes} | {contender} | {ext:.2f} | {sched:.2f} | {control:.2f} | {total:.2f} |"
+            row = f"| {nodes} | {qps} | {percentage} | {contender} | {ext:.2f} | {sched:.2f} | {control:.2f} | {total:.2f} |"
             if contender == floor:
                 lines.append(row + " – | – | – |")
                 continue

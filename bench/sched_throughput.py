@@ -497,6 +497,43 @@ def run_burst(
     )
 
 
+def extender_of(contender: str) -> tuple[str, str, tuple[str, ...]]:
+    """(key, label, settings) of the joulesched extender of its own a contender runs against.
+
+    Contenders of SETTINGS_OF with the same settings share one (``choose`` and ``choose-bind``:
+    the same extender, another scheduler entry); each variant has one of its own, so that two
+    variants of the same settings are two processes. The key is "" for the others.
+    """
+    if contender in VARIANTS:
+        return f"variant {contender}", f"variant-{contender}", VARIANTS[contender]
+    settings = SETTINGS_OF.get(contender, ())
+    # filter_keeps-best, write-false, wait_seconds-0
+    label = "-".join(s.rsplit(".", 1)[-1].replace("=", "-") for s in settings)
+    return ("|".join(settings), label, settings) if settings else ("", "", ())
+
+
+def order(contenders: Sequence[str], rnd: int) -> list[str]:
+    """The contenders in the order round ``rnd`` runs them: a Williams design.
+
+    Over k rounds (2k when k is odd) each contender runs first equally often and right after
+    every other equally often, so that whatever one burst leaves behind (etcd compacting, the
+    pods it deleted, Go's garbage) falls on every contender alike.
+    """
+    k = len(contenders)
+    base, lo, hi = [0], 1, k - 1
+    while len(base) < k:
+        if len(base) % 2:
+            base.append(lo)
+            lo += 1
+        else:
+            base.append(hi)
+            hi -= 1
+    rows = [[(b + r) % k for b in base] for r in range(k)]
+    if k % 2:
+        rows += [row[::-1] for row in rows]
+    return [contenders[i] for i in rows[rnd % len(rows)]]
+
+
 def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[Burst]:
     results: list[Burst] = []
     const = ConstExtender(work)
@@ -516,12 +553,11 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
             print(f"# {n} nodes created in {time.monotonic() - t0:.0f} s", flush=True)
             ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set)
             keeping = {
-                settings: joulesched_extender(
+                key: joulesched_extender(
                     work / f"ext-{label}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{label}",
                     settings=[*args.set, *settings],
                 )
-                for settings in sorted({SETTINGS_OF.get(c) or VARIANTS[c] for c in args.contenders if c in SETTINGS_OF or c in VARIANTS})
-                for label in ["-".join(s.rsplit(".", 1)[-1].replace("=", "-") for s in settings)]  # filter_keeps-best, write-false
+                for key, label, settings in sorted({extender_of(c) for c in args.contenders if extender_of(c)[0]})
             }
             if args.extender_cpus:
                 for proc in (ext, *keeping.values()):
@@ -530,10 +566,8 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                 for qps in args.qps:
                     for pct in args.pct:
                         for rnd in range(args.rounds):
-                            # each round starts one contender later: none always follows the same one
-                            turn = rnd % len(args.contenders)
-                            for contender in (*args.contenders[turn:], *args.contenders[:turn]):
-                                own = keeping.get(SETTINGS_OF.get(contender) or VARIANTS.get(contender, ()))
+                            for contender in order(args.contenders, rnd):
+                                own = keeping.get(extender_of(contender)[0])
                                 url, pid = (own.url, own.pid) if own else {
                                     "alone": (None, None),
                                     "const": (const.url, const.pid),
@@ -575,20 +609,14 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
 
 def summarise(results: list[Burst]) -> list[str]:
     lines = [
-        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | kube-scheduler CPU ms/pod | kube-apiserver + etcd CPU ms/pod | machine busy | bind waits ms/pod | pods/s ÷ const (median) | CPU ÷ const (median) | pods/s ÷ const-bind (median) | CPU ÷ const-bind (median) |",
+        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | kube-scheduler CPU ms/pod | kube-apiserver + etcd CPU ms/pod | machine busy | bind waits ms/pod | pods/s ÷ const (median of the rounds) | CPU ÷ const (median of the rounds) | pods/s ÷ const-bind (median of the rounds) | CPU ÷ const-bind (median of the rounds) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     configs = sorted({(b.nodes, b.qps, b.percentage) for b in results}, key=lambda c: (c[0], c[1], c[2]))
     for cfg in configs:
         group = [b for b in results if (b.nodes, b.qps, b.percentage) == cfg]
-        floors = {}
-        for floor in FLOORS:
-            of_floor = [b for b in group if b.contender == floor]
-            if of_floor:
-                floors[floor] = (
-                    statistics.median(b.pods_per_s for b in of_floor),
-                    statistics.median(b.extender_cpu_ms_per_pod or 0 for b in of_floor),
-                )
+        # each floor's burst in each round: a contender's ratios are to the floor of its own round
+        floors = {floor: {b.round: b for b in group if b.contender == floor} for floor in FLOORS}
         for contender in (*CONTENDERS, *VARIANTS):
             mine = [b for b in group if b.contender == contender]
             if not mine:
@@ -606,12 +634,13 @@ def summarise(results: list[Burst]) -> list[str]:
             for floor in FLOORS:
                 rate_ratio = cpu_ratio = "–"
                 compared = contender in (*BINDERS, *VARIANTS) if floor == "const-bind" else contender not in ("alone", floor)
-                if floor in floors and compared:
-                    floor_rate, floor_cpu = floors[floor]
-                    if floor_rate:
-                        rate_ratio = f"{statistics.median(b.pods_per_s for b in mine) / floor_rate:.2f}"
-                    if floor_cpu:
-                        cpu_ratio = f"{statistics.median(b.extender_cpu_ms_per_pod or 0 for b in mine) / floor_cpu:.1f}"
+                pairs = [(b, floors[floor][b.round]) for b in mine if b.round in floors[floor]] if compared else []
+                rate_ratios = [b.pods_per_s / f.pods_per_s for b, f in pairs if f.pods_per_s]
+                cpu_ratios = [(b.extender_cpu_ms_per_pod or 0) / f.extender_cpu_ms_per_pod for b, f in pairs if f.extender_cpu_ms_per_pod]
+                if rate_ratios:
+                    rate_ratio = f"{statistics.median(rate_ratios):.2f}"
+                if cpu_ratios:
+                    cpu_ratio = f"{statistics.median(cpu_ratios):.1f}"
                 ratios += [rate_ratio, cpu_ratio]
             sched = ", ".join(f"{1000 * b.scheduler_cpu_s / b.scheduled:.1f}" if b.scheduled else "–" for b in mine)
             api = ", ".join(
@@ -898,11 +927,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.pct = [None if x == "default" else int(x) for x in args.pct.split(",")]
     args.contenders = [c for c in args.contenders.split(",") if c]
     args.cases = [c for c in args.cases.split(",") if c]
+    VARIANTS.clear()
     for variant in args.variant:
         name, _, setting = variant.partition(":")
         key = setting.partition("=")[0]
-        if not name or "=" not in setting or not all(key.split(".")) or name in CONTENDERS:
-            p.error(f"--variant {variant!r}: NAME:KEY=VALUE expected, NAME none of {', '.join(CONTENDERS)}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name) or "=" not in setting or not all(key.split(".")) or name in CONTENDERS:
+            p.error(
+                f"--variant {variant!r}: NAME:KEY=VALUE expected, NAME of lower-case letters, digits and '-',"
+                f" none of {', '.join(CONTENDERS)}"
+            )
         VARIANTS[name] = (*VARIANTS.get(name, ()), setting)
     for name, settings in VARIANTS.items():
         try:

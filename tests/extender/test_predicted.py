@@ -89,27 +89,34 @@ def test_the_arrays_are_reused_across_fresh_views_of_the_same_profile_table() ->
 
 def test_a_full_ledger_forgets_its_oldest_placement_and_its_arrays_follow() -> None:
     rng = random.Random(11)
-    index, updated = {n: i for i, n in enumerate(NODES)}, np.full(len(NODES), np.nan)
-    ledger = PredictedLoad(ttl_seconds=1e9, settle_seconds=5, max_pods=5)
-    ledger.per_row(index, updated, 0.0)
-    for step in range(2000):
+    index = {n: i for i, n in enumerate(NODES)}
+    updated = np.full(len(NODES), np.nan)
+    ledger = PredictedLoad(ttl_seconds=600, settle_seconds=5, max_pods=5)
+    now = 1000.0
+    ledger.per_row(index, updated, now)
+    for step in range(3000):
         uid = f"u{rng.randrange(12)}"
-        before = {k: p.at for k, p in ledger._pods.items()}
-        if rng.random() < 0.15:
+        action = rng.random()
+        if action < 0.1:
             ledger.forget(uid)
-            continue
-        at = float(rng.randrange(1000))  # bindings come back out of order: not always the newest
-        ledger.record(uid, rng.choice(NODES), 1.0, 0.0, at, confirmed=True)
-        assert len(ledger) <= 5, step
-        if len(before) == 5 and uid not in before:
-            # the one forgotten is the oldest of the six, the new one included
-            kept = {k: p.at for k, p in ledger._pods.items()}
-            gone = set(before) | {uid}
-            gone -= set(kept)
-            assert len(gone) == 1, step
-            assert ({**before, uid: at}[gone.pop()]) == min([*before.values(), at]), step
-        cores, _ = ledger.per_row(index, updated, 1000.0)
-        assert np.allclose(cores, from_scratch(ledger, index, updated, 1000.0)[0]), step
+        elif action < 0.15:
+            now += rng.random() * 100  # placements past the TTL expire from the same heap
+        elif action < 0.2:
+            updated = np.full(len(NODES), np.nan)  # new profiles: a full pass rebuilds the heap
+        else:
+            before = {k: p.at for k, p in ledger._pods.items() if now - p.at <= ledger.ttl}
+            # bindings come back out of order, and the same pod again on its node keeps its time
+            at = now - rng.randrange(300)
+            ledger.record(uid, rng.choice(NODES), rng.choice([0.5, 1.0, 2.0]), 0.0, at, confirmed=True)
+            assert len(ledger) <= 5, step
+            if len(before) == 5 and uid not in before and len(ledger._pods) == 5:
+                # the one forgotten is the oldest of the six, the new one included
+                times = {**before, uid: at}
+                gone = set(times) - set(ledger._pods)
+                assert len(gone) == 1, step
+                assert times[gone.pop()] == min(times.values()), step
+        cores, _ = ledger.per_row(index, updated, now)
+        assert np.allclose(cores, from_scratch(ledger, index, updated, now)[0]), step
 
 
 # -- Unbound: a decision waits for the bindings of the pods answered before it ----------------------
