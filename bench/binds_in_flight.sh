@@ -10,12 +10,8 @@
 #
 # Writes OUT.{txt,json,log} (sched_throughput's) and OUT.inflight.txt: per burst, how many
 # reads saw each count, and the largest. Not a timed test.
-set -euo pipefail
-out=$(realpath -m "${1:?usage: $0 OUT [sched_throughput.py arguments]}")
-shift
-cd "$(dirname "$0")/.."
-. bench/bursts.sh
-start_bench "$out" "$@"
+. "$(dirname "$0")/bursts.sh"
+start_bench "$@"
 : >"$out.inflight.txt"
 burst() { # kube-scheduler, the extender's port, its gunicorn master
   local sched=$1 calls=$2 samples="" n

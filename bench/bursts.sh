@@ -1,13 +1,16 @@
 # Shell functions for the scripts that watch bench/sched_throughput.py's bursts
-# (thread_cost.sh, binds_in_flight.sh); sourced, not run, from the repository's root.
+# (thread_cost.sh, binds_in_flight.sh); sourced, not run.
 set -euo pipefail
 export LC_ALL=C
 
-# start_bench OUT ARGS...: bench/sched_throughput.py ARGS --out OUT in the background (its
-# output in OUT.log), with $PYTHON (default: python); sets $bench to its pid, killed on exit.
+# start_bench OUT ARGS...: sets $out to OUT made absolute, moves to the repository's root and
+# starts bench/sched_throughput.py ARGS --out OUT in the background (its output in OUT.log),
+# with $PYTHON (default: python, a relative path taken from the root); sets $bench to its pid,
+# killed on exit.
 start_bench() {
-  local out=$1
+  out=$(realpath -m "${1:?usage: ${0##*/} OUT [sched_throughput.py arguments]}")
   shift
+  cd "$(dirname "${BASH_SOURCE[0]}")/.."
   PYTHONPATH=$PWD "${PYTHON:-python}" bench/sched_throughput.py "$@" --out "$out" >"$out.log" 2>&1 &
   bench=$!
   trap 'kill "$bench" 2>/dev/null || true' EXIT

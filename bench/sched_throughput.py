@@ -9,9 +9,9 @@ gained between the first sample that shows a scheduled pod and the last, over th
 Attempts it counted as errors (``result="error"``, e.g. an extender's bind past its
 ``httpTimeout``) are reported with the burst: such a pod may be bound and never counted.
 
-Contenders, interleaved round by round, each round starting one contender later (A B C D,
-B C D A, C D A B, ...: since 2026-12-06; before, A B C D every round, so each always ran after
-the same one):
+Contenders, interleaved round by round, the rounds in a Williams design (A B D C, B C A D,
+C D B A, D A C B for four: each first once, and right after each other once; since 2026-12-06,
+before which every round ran them in the order given):
 
 * ``alone``: kube-scheduler without an extender;
 * ``const``: a constant-score extender (bench/const_extender.py: stdlib http.server, HTTP/1.1
@@ -557,7 +557,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                     work / f"ext-{label}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{label}",
                     settings=[*args.set, *settings],
                 )
-                for key, label, settings in sorted({extender_of(c) for c in args.contenders if extender_of(c)[0]})
+                for key, label, settings in sorted({extender_of(c) for c in args.contenders} - {extender_of("names")})
             }
             if args.extender_cpus:
                 for proc in (ext, *keeping.values()):
@@ -840,6 +840,12 @@ def outage_case(
 # -- main ----------------------------------------------------------------------------------------
 
 
+def is_setting(setting: str) -> bool:
+    """KEY=VALUE with KEY dotted names (bind.wait_seconds=0): what --set and --variant take."""
+    key, eq, _ = setting.partition("=")
+    return bool(eq) and all(key.split("."))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", default="100,1000", help="node counts, e.g. 100,1000,5000")
@@ -913,8 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.set and args.outage:
         p.error("--set applies to the throughput runs, not to --outage")
     for setting in args.set:
-        key = setting.partition("=")[0]
-        if "=" not in setting or not all(key.split(".")):
+        if not is_setting(setting):
             p.error(f"--set {setting!r}: KEY=VALUE expected, KEY dotted names (bind.wait_seconds=0)")
     try:
         apply_settings(deploy_extender_config("kubeconfig"), args.set)
@@ -930,8 +935,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     VARIANTS.clear()
     for variant in args.variant:
         name, _, setting = variant.partition(":")
-        key = setting.partition("=")[0]
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name) or "=" not in setting or not all(key.split(".")) or name in CONTENDERS:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", name) or not is_setting(setting) or name in CONTENDERS:
             p.error(
                 f"--variant {variant!r}: NAME:KEY=VALUE expected, NAME of lower-case letters, digits and '-',"
                 f" none of {', '.join(CONTENDERS)}"

@@ -13,12 +13,8 @@
 #     bench/thread_cost.sh /tmp/tc --nodes 100 --rounds 1 --pods 2000 --qps 5000 --pct 100 --contenders names
 #
 # Writes OUT.{txt,json,log} (sched_throughput's) and OUT.threads.txt. Not a timed test.
-set -euo pipefail
-out=$(realpath -m "${1:?usage: $0 OUT [sched_throughput.py arguments]}")
-shift
-cd "$(dirname "$0")/.."
-. bench/bursts.sh
-start_bench "$out" "$@"
+. "$(dirname "$0")/bursts.sh"
+start_bench "$@"
 tick=$(getconf CLK_TCK)
 snap() { # worker/tid voluntary involuntary cpu-ticks, for each thread of each process named
   for t in $(for p in "$@"; do echo /proc/"$p"/task/*; done); do
