@@ -146,7 +146,8 @@ class ExtenderConfig:
     bind_threads: int = setting(
         32,
         "threads per worker for the bind verb alone, beside `server.threads`; each binding in flight holds one"
-        " until the API server answers, and filter and prioritize never wait behind them (`gthread`: not used)",
+        " until the API server answers, and filter and prioritize never wait behind them (`gthread`, or"
+        " `bind.write: false`: not used, binds are served by `server.threads`)",
         key="bind.threads",
         minimum=1,
         maximum=1024,
@@ -199,11 +200,15 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         check.problem("profiles.prometheus.url", f"must be an http:// or https:// URL, got {prom_url!r}")
     if config.source == "tenant":
         check_tenant_config(config.tenant, "profiles.tenant", check)
-    if config.bind_enabled and config.bind_wait_seconds > 0 and config.server.threads < 2 and config.server.worker == "gthread":
-        # A decision waiting for a bind holds a thread; under gthread the bind needs another of
-        # the same pool (the buffered worker serves binds on bind.threads of their own).
+    shared = config.server.worker == "gthread" or not config.bind_write
+    if config.bind_enabled and config.bind_wait_seconds > 0 and config.server.threads < 2 and shared:
+        # A decision waiting for a bind holds a thread, and the bind needs another of the same
+        # pool: under gthread, or where binds write nothing (the buffered worker then serves
+        # them on server.threads; it gives bind.threads only to binds that wait on the API server).
         check.problem(
-            "server.threads", "must be 2 or more with server.worker: gthread, bind.enabled and bind.wait_seconds > 0 (or set bind.wait_seconds: 0)"
+            "server.threads",
+            "must be 2 or more with bind.enabled and bind.wait_seconds > 0 where binds are served by server.threads"
+            " (server.worker: gthread, or bind.write: false); or set bind.wait_seconds: 0",
         )
     check.raise_if_any()
     return config

@@ -34,8 +34,10 @@ verb endpoint and a reply written in one ``sendall``, without gunicorn's request
 environ and response object (they took more CPU than the 100-node policy evaluation itself:
 docs/benchmarks.md, "Scheduling throughput"). Everything else (health, readiness, metrics,
 other methods and paths, HTTP/1.0, a malformed head) goes through gunicorn and Flask. With the
-bind verb enabled, its requests have a pool of their own (``bind.threads``): a bind holds its
-thread until the API server has answered, and filter and prioritize never wait behind them.
+bind verb writing the bindings, its requests have a pool of their own (``bind.threads``): a bind
+holds its thread until the API server has answered, and filter and prioritize never wait behind
+them. A bind that writes nothing (``bind.write: false``) holds no thread longer than a decision
+does, and is served by the same threads (see :func:`bind_pool`).
 
 Replies are written by the pool thread with a socket timeout of the same deadline, so a client
 that does not read its reply holds a thread that long at most. Closing a connection lingers on
@@ -173,8 +175,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         # only (a TLS socket can hold decrypted bytes that poll does not see).
         self.follow_up = self.endpoint is not None and not self.cfg.is_ssl
         self._notified = 0.0
-        # The bind verb's own threads (see enqueue_req); the pool starts its threads as needed.
-        self.bind_pool = futures.ThreadPoolExecutor(config.bind_threads, thread_name_prefix="bind") if config.bind_enabled else None
+        self.bind_pool = bind_pool(config)
         # At most half of a pool's threads (at least one) wait for their connection's next
         # request at a time: the rest are free for the requests the event loop reads.
         self.waiting_slots = {self.tpool: threading.BoundedSemaphore(max(1, self.cfg.threads // 2))}
@@ -655,6 +656,20 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         except Exception:
             self.nr_conns -= 1
             conn.close()
+
+
+def bind_pool(config: ExtenderConfig) -> futures.ThreadPoolExecutor | None:
+    """The bind verb's own threads, where a bind waits on the API server (see enqueue_req).
+
+    None where it does not: binds are then served by the decisions' threads (``server.threads``),
+    and a connection's bind and next decision by the same thread, without the hand-over between
+    pools (0.14–0.15 ms of the extender's CPU a pod at 100 nodes with ``bind.write: false``,
+    docs/benchmarks.md, "Binds that write nothing, on the decisions' threads"). The pool starts
+    its threads as needed.
+    """
+    if not (config.bind_enabled and config.bind_write):
+        return None
+    return futures.ThreadPoolExecutor(config.bind_threads, thread_name_prefix="bind")
 
 
 _OPEN_PATHS = (b"/healthz", b"/readyz", b"/metrics")

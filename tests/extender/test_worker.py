@@ -22,7 +22,14 @@ import yaml
 
 from joulesched.extender import worker as worker_module
 from joulesched.extender.demo import free_port, start_extender, stop, wait_ready
-from joulesched.extender.worker import NEXT_REQUEST_SECONDS, FrontBody, FrontBufferedWorker, _body_length, _direct_verb
+from joulesched.extender.worker import (
+    NEXT_REQUEST_SECONDS,
+    FrontBody,
+    FrontBufferedWorker,
+    _body_length,
+    _direct_verb,
+    bind_pool,
+)
 from tests.extender.support import PROFILES, make_pod
 
 BODY = orjson.dumps({"Pod": make_pod(), "NodeNames": ["efficient", "hungry", "capped"]})
@@ -312,22 +319,6 @@ def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_o
     # binder's error is the bind's answer, as kube-scheduler would get it.
     kubeconfig = api_kubeconfig(tmp_path, free_port())  # nothing listens there
     proc, port = start(tmp_path, {"workers": 1, "threads": 1}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 1, "wait_seconds": 0})
-
-    def answer(s: socket.socket) -> dict[str, object] | list[object]:
-        got = b""
-        while b"\r\n\r\n" not in got:
-            chunk = s.recv(65536)
-            assert chunk, got
-            got += chunk
-        head, _, body = got.partition(b"\r\n\r\n")
-        length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
-        while len(body) < length:
-            chunk = s.recv(65536)
-            assert chunk, got
-            body += chunk
-        assert head.startswith(b"HTTP/1.1 200 ") and len(body) == length, got
-        return orjson.loads(body)
-
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -343,9 +334,78 @@ def test_a_bind_and_a_decision_back_to_back_on_one_connection_each_go_to_their_o
         stop(proc)
 
 
+def answer(s: socket.socket) -> dict[str, object] | list[object]:
+    """The next reply on ``s``, a 200, its JSON body read."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        chunk = s.recv(65536)
+        assert chunk, got
+        body += chunk
+    assert head.startswith(b"HTTP/1.1 200 ") and len(body) == length, got
+    return orjson.loads(body)
+
+
 def bind_request(pod: str) -> bytes:
     body = orjson.dumps({"PodName": pod, "PodNamespace": "default", "PodUID": f"uid-{pod}", "Node": "efficient"})
     return b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+def verb_request(verb: str, uid: str) -> bytes:
+    body = orjson.dumps({"Pod": make_pod(uid=uid, name=uid), "NodeNames": ["efficient", "hungry", "capped"]})
+    return b"POST /scheduler/%s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (verb.encode(), len(body), body)
+
+
+def test_only_binds_that_write_have_threads_of_their_own() -> None:
+    from joulesched.extender.config import parse_config
+
+    assert bind_pool(parse_config({"bind": {"enabled": True, "write": False}}, "t.yaml")) is None
+    assert bind_pool(parse_config({"bind": {"enabled": False, "threads": 3}}, "t.yaml")) is None
+    pool = bind_pool(parse_config({"bind": {"enabled": True, "threads": 3}}, "t.yaml"))
+    assert pool is not None and pool._max_workers == 3
+    pool.shutdown()
+
+
+def test_binds_that_write_nothing_are_served_by_the_decisions_threads_while_a_decision_waits_for_them(tmp_path: Path) -> None:
+    # bind.write: false: a bind records where kube-scheduler placed the pod and answers at once,
+    # so it has no bind.threads of its own; server.threads serve it, on the connection it came
+    # on or another. A decision waiting for the bindings of the pods answered before it
+    # (bind.wait_seconds) holds one of the two threads; the other answers the bind it waits for.
+    proc, port = start(tmp_path, {"workers": 1, "threads": 2}, bind={"enabled": True, "write": False, "wait_seconds": 0.5})
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as decisions, socket.create_connection(("127.0.0.1", port), timeout=10) as binds:
+            for s in (decisions, binds):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            binds.sendall(bind_request("a"))  # a bind seen: from now on, decisions wait for bindings
+            assert "kube-scheduler binds it (bind.write: false)" in str(answer(binds))
+            for pod, after in (("b", "c"), ("d", "e")):
+                decisions.sendall(verb_request("prioritize", f"uid-{pod}"))
+                assert answer(decisions)[0]["Host"] == "efficient"  # type: ignore[index]
+                decisions.sendall(bind_request(pod))  # on the decision's connection, as kube-scheduler often sends it
+                assert f"default/{pod} on efficient recorded" in str(answer(decisions))
+                decisions.sendall(verb_request("prioritize", f"uid-{after}"))
+                assert answer(decisions)[0]["Host"] == "efficient"  # type: ignore[index]
+                started = time.monotonic()
+                decisions.sendall(verb_request("filter", f"uid-{after}x"))  # waits for uid-{after}'s binding
+                time.sleep(0.1)
+                binds.sendall(bind_request(after))
+                assert f"default/{after} on efficient recorded" in str(answer(binds))
+                reply = answer(decisions)
+                assert isinstance(reply, dict) and "efficient" in reply["NodeNames"], reply  # type: ignore[operator]
+                took = time.monotonic() - started
+                assert took < 0.45, f"the filter waited {took:.2f} s: its binding was not served while it waited"
+                binds.sendall(bind_request(f"{after}x"))  # the filtered pod's own: the next decision has none to wait for
+                assert f"default/{after}x on efficient recorded" in str(answer(binds))
+        assert metric(port, 'joulesched_extender_requests_total{code="200",verb="bind"}') == 7
+        assert metric(port, 'joulesched_extender_bind_waits_total{outcome="bound"}') == 2
+        assert metric(port, 'joulesched_extender_bind_waits_total{outcome="deadline"}', 0) == 0
+    finally:
+        stop(proc)
 
 
 class HeldApiServer:
