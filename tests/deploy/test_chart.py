@@ -324,6 +324,26 @@ def test_bind_write_off_keeps_the_bind_verb_drops_the_binding_permission_and_nee
     assert r.returncode != 0 and "bind.write: false needs scheduler.ignorable: true" in r.stderr, r.stderr
 
 
+def test_kube_schedulers_api_rate_is_rendered_only_where_set(helm):
+    # With bind.write: false kube-scheduler writes every binding, held to its clientConnection.qps
+    # (50 by default): the chart lets it be raised, and renders nothing it was not given.
+    def scheduler_config(*sets: str) -> subprocess.CompletedProcess[str]:
+        return run(helm, "template", "joulesched", str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION, *sets,
+                   "--show-only", "templates/scheduler-configmap.yaml")
+
+    def parsed(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+        assert r.returncode == 0, r.stderr
+        return yaml.safe_load(yaml.safe_load(r.stdout)["data"]["scheduler-config.yaml"])
+
+    assert "clientConnection" not in parsed(scheduler_config())
+    raised = parsed(scheduler_config("--set", "extender.config.bind.write=false", "--set", "scheduler.clientConnection.qps=500",
+                                     "--set", "scheduler.clientConnection.burst=1000"))
+    assert raised["clientConnection"] == {"qps": 500, "burst": 1000}, raised
+    for bad in ("scheduler.clientConnection.qps=0", "scheduler.clientConnection.burst=0", "scheduler.clientConnection.kubeconfig=/k"):
+        r = scheduler_config("--set", bad)
+        assert r.returncode != 0 and "clientConnection" in r.stderr, (bad, r.stderr)
+
+
 @pytest.mark.parametrize("kube_version,tag", [("v1.37.2", "v1.37.2"), ("v1.36.0", "v1.36.0"),
                                               ("v1.35.4+k3s1", "v1.35.4")])
 def test_scheduler_image_follows_the_cluster_version(helm, kube_version, tag):

@@ -8,8 +8,12 @@ The Prometheus Operator kinds go against the same minimal CRDs as test_deploy_e2
 
 from __future__ import annotations
 
+import json
 import os
+import ssl
 import subprocess
+import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,8 @@ import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
 from dryrun import pod_security_dry_run, pods_of, ref, server_dry_run
+from e2e_extender import EFFICIENT_CURVE, INEFFICIENT_CURVE, node_profile
+from processes import _wait_until
 
 CHART = REPO_ROOT / "charts" / "joulesched"
 NAMESPACE = "joulesched"
@@ -113,3 +119,48 @@ def test_scheduler_image_is_the_apiservers_version(control_plane, helm):
     dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "joulesched-scheduler")
     version = server_version(control_plane)
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == f"registry.k8s.io/kube-scheduler:{version}"
+
+
+@pytest.mark.e2e
+def test_bind_write_off_with_the_api_rate_raised_runs_in_real_kube_scheduler(
+        control_plane, helm, node_factory, scheduler_factory, extender_factory, e2e_namespace):
+    # The chart with extender.config.bind.write=false and scheduler.clientConnection raised: the
+    # rendered scheduler config in the real kube-scheduler, which takes the rate, asks the
+    # extender's bind verb for every pod (the extender records it and answers that kube-scheduler
+    # binds it) and writes each binding itself.
+    cp, ns, tag = control_plane, e2e_namespace, uuid.uuid4().hex[:6]
+    _, objs = render(helm, cp, "--set", "extender.config.bind.write=false", "--set", "scheduler.clientConnection.qps=500",
+                     "--set", "scheduler.clientConnection.burst=1000")
+    configmaps = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+    sched_cfg = yaml.safe_load(configmaps["joulesched-scheduler-config"]["data"]["scheduler-config.yaml"])
+    ext_cfg = yaml.safe_load(configmaps["joulesched-extender"]["data"]["config.yaml"])
+    assert sched_cfg["clientConnection"] == {"qps": 500, "burst": 1000} and ext_cfg["bind"] == {"enabled": True, "write": False}
+    sel = {"e2e-test": f"chart-{tag}"}
+    eff, ineff = f"chart-eff-{tag}", f"chart-ineff-{tag}"
+    node_factory(eff, cpu="64", memory="128Gi", labels=sel)
+    node_factory(ineff, cpu="80", memory="512Gi", labels=sel)
+    profiles = {"sites": {"dc": {"pue": 1.2, "carbon_intensity": 300}},
+                "nodes": [node_profile(eff, EFFICIENT_CURVE, 64, site="dc"), node_profile(ineff, INEFFICIENT_CURVE, 80, site="dc")]}
+    ext_cfg.pop("profiles")
+    ext_cfg.pop("listen")
+    ext_cfg["kubeconfig"] = str(cp.kubeconfig)  # the pod watch; the chart's runs in-cluster
+    ext = extender_factory(profiles, ext_cfg)
+    sched_cfg["extenders"][0]["urlPrefix"] = ext.url
+    sched_cfg.pop("leaderElection")
+    sched = scheduler_factory(sched_cfg, name=f"chart-record-{tag}", extra_args=["--authorization-always-allow-paths=/healthz,/readyz,/configz"])
+    (name,) = sched.scheduler_names
+    pods = [f"rec-{i}-{tag}" for i in range(3)]
+    for pod in pods:
+        cp.create_pod(pod, ns, scheduler_name=name, cpu="8", memory="1Gi", node_selector=sel)
+    assert {cp.wait_for_pod_scheduled(pod, ns, timeout=45) for pod in pods} == {eff}
+    _wait_until(lambda: ext.requests("bind", "200") >= len(pods), timeout=10, what="the bind replies counted")
+    # The real binary took the rate (its running configuration, /configz) ...
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # its self-signed serving certificate
+    with urllib.request.urlopen(f"https://127.0.0.1:{sched.port}/configz", context=ctx, timeout=5) as r:
+        running = json.load(r)["componentconfig"]["clientConnection"]
+    assert (running["qps"], running["burst"]) == (500, 1000), running
+    # ... and bound each pod itself after the extender's answer.
+    log = sched.log_text()
+    assert log.count("kube-scheduler binds it (bind.write: false)") == len(pods), log[-3000:]
+    assert ext.failures() == 0, ext.samples()

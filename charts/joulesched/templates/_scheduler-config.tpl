@@ -16,6 +16,11 @@ leaderElection:
 # (420 of 1,000 nodes, 500 of 5,000) and a pod can only land on the best node of its slice
 # (docs/policy.md, "The slice kube-scheduler sends").
 percentageOfNodesToScore: {{ .Values.scheduler.percentageOfNodesToScore }}
+{{- with .Values.scheduler.clientConnection }}
+# kube-scheduler's API client (values scheduler.clientConnection): its bindings are held to qps.
+clientConnection:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
     # Bin-pack within what the extender prefers: MostAllocated keeps pods on nodes that are on
