@@ -200,15 +200,25 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         check.problem("profiles.prometheus.url", f"must be an http:// or https:// URL, got {prom_url!r}")
     if config.source == "tenant":
         check_tenant_config(config.tenant, "profiles.tenant", check)
-    shared = config.server.worker == "gthread" or not config.bind_write
-    if config.bind_enabled and config.bind_wait_seconds > 0 and config.server.threads < 2 and shared:
-        # A decision waiting for a bind holds a thread, and the bind needs another of the same
-        # pool: under gthread, or where binds write nothing (the buffered worker then serves
-        # them on server.threads; it gives bind.threads only to binds that wait on the API server).
+    # A decision waiting for a binding (bind.wait_seconds, 0.2 s by default) holds a thread, and
+    # where binds share that decision's pool the bind needs another of it.
+    waits = config.bind_enabled and config.bind_wait_seconds > 0
+    if waits and config.server.worker == "gthread" and config.server.threads < 2:
         check.problem(
             "server.threads",
-            "must be 2 or more with bind.enabled and bind.wait_seconds > 0 where binds are served by server.threads"
-            " (server.worker: gthread, or bind.write: false); or set bind.wait_seconds: 0",
+            "must be 2 or more with server.worker: gthread, bind.enabled and bind.wait_seconds > 0: gunicorn's"
+            " worker serves binds from server.threads, and a decision waiting for a binding holds one"
+            " (or set bind.wait_seconds: 0)",
+        )
+    elif waits and config.server.worker != "gthread" and not config.bind_write and config.server.threads < 3:
+        # The buffered worker gives bind.threads only to binds that wait on the API server. Of
+        # server.threads, up to half wait for a connection's next request and one may hold a
+        # waiting decision: a third answers the bind it waits for at once.
+        check.problem(
+            "server.threads",
+            "must be 3 or more with bind.write: false and bind.wait_seconds > 0: binds that write nothing are"
+            " served by server.threads, where a decision waiting for a binding holds one and up to half wait for"
+            " a connection's next request (or set bind.wait_seconds: 0)",
         )
     check.raise_if_any()
     return config

@@ -663,7 +663,7 @@ def bind_pool(config: ExtenderConfig) -> futures.ThreadPoolExecutor | None:
 
     None where it does not: binds are then served by the decisions' threads (``server.threads``),
     and a connection's bind and next decision by the same thread, without the hand-over between
-    pools (0.14–0.15 ms of the extender's CPU a pod at 100 nodes with ``bind.write: false``,
+    pools (about 0.15 ms of the extender's CPU a pod at 100 nodes with ``bind.write: false``,
     docs/benchmarks.md, "Binds that write nothing, on the decisions' threads"). The pool starts
     its threads as needed.
     """

@@ -470,14 +470,18 @@ def test_a_config_whose_bind_wait_would_starve_its_own_bind_is_refused() -> None
     from joulesched.policy.errors import ConfigError
 
     # gunicorn's own worker serves binds from server.threads: a decision waiting would hold the only one.
-    with pytest.raises(ConfigError, match=r"server\.threads: must be 2 or more with bind\.enabled .*server\.worker: gthread"):
+    with pytest.raises(ConfigError, match=r"server\.threads: must be 2 or more with server\.worker: gthread, bind\.enabled"):
         parse_config({"bind": {"enabled": True}, "server": {"threads": 1, "worker": "gthread"}}, "t.yaml")
-    # The buffered worker serves binds that write nothing on server.threads too.
-    with pytest.raises(ConfigError, match=r"server\.threads: must be 2 or more .*bind\.write: false"):
-        parse_config({"bind": {"enabled": True, "write": False}, "server": {"threads": 1}}, "t.yaml")
+    assert parse_config({"bind": {"enabled": True}, "server": {"threads": 2, "worker": "gthread"}}, "t.yaml").server.threads == 2
+    # The buffered worker serves binds that write nothing on server.threads too: the waiting
+    # decision's, the ones waiting for a next request (half), and one for the bind.
+    for threads in (1, 2):
+        with pytest.raises(ConfigError, match=r"server\.threads: must be 3 or more with bind\.write: false"):
+            parse_config({"bind": {"enabled": True, "write": False}, "server": {"threads": threads}}, "t.yaml")
+    assert parse_config({"bind": {"enabled": True, "write": False}, "server": {"threads": 3}}, "t.yaml").server.threads == 3
+    assert parse_config({"bind": {"enabled": True, "write": False, "wait_seconds": 0}, "server": {"threads": 1}}, "t.yaml").server.threads == 1
     # It serves binds that write on bind.threads of their own.
     assert parse_config({"bind": {"enabled": True}, "server": {"threads": 1}}, "t.yaml").server.threads == 1
-    assert parse_config({"bind": {"enabled": True, "write": False}, "server": {"threads": 2}}, "t.yaml").server.threads == 2
     with pytest.raises(ConfigError, match=r"bind\.wait_seconds"):
         parse_config({"bind": {"enabled": True, "wait_seconds": 1.0}}, "t.yaml")  # kube-scheduler's httpTimeout
     assert parse_config({"bind": {"enabled": True, "wait_seconds": 0}, "server": {"threads": 1}}, "t.yaml").server.threads == 1
