@@ -7,11 +7,18 @@ figure). The floor is a minimal stdlib extender (ThreadingHTTPServer,
 HTTP/1.1 keep-alive, TCP_NODELAY) that decodes the request with the json module and returns
 a constant score for every node: the cost of Python over HTTP with no policy at all. The
 figures that matter are ratios measured in the same run, on the same noisy machine: with one
-client the two servers are driven in turn, ``BLOCK_PODS`` pods at a time, the order swapped
-every block, so that a slow second of the machine falls on both alike (measured one after
-the other, each p99 was of a different two seconds).
+client the two servers are driven in turn, ``--block-pods`` pods at a time (one by default),
+the order swapped every block, so that a slow second of the machine falls on both alike
+(measured one after the other, each p99 was of a different two seconds).
 
-    joulesched bench [--requests N] [--workers W] [--connections C] [--out FILE]
+Pod by pod, as a burst from kube-scheduler keeps an extender busy: in blocks of 50 each
+server sat idle for the other's 15–20 ms, and the first request after an idle spell runs on
+a CPU that has gone to sleep (cold caches, and on a virtual machine a vCPU descheduled):
+joulesched's filter took 0.6–0.7 ms there against its 0.27–0.30 ms, the floor's 0.30–0.36
+against 0.15–0.19, and those first requests, 2 % of them, were the p99 (docs/benchmarks.md,
+"The first request after an idle spell").
+
+    joulesched bench [--requests N] [--workers W] [--connections C] [--block-pods B] [--out FILE]
 """
 
 from __future__ import annotations
@@ -165,7 +172,7 @@ def run_floor(port: int) -> None:
 
 
 WARMUP_SECONDS = 2.5  # past the extender's first per-node gauge ticks (one a second)
-BLOCK_PODS = 50  # pods sent to one server before the other's turn (a fraction of a second)
+BLOCK_PODS = 1  # pods sent to one server before the other's turn (--block-pods; see the module's doc)
 _HEADERS = {"Content-Type": "application/json"}
 
 
@@ -242,12 +249,17 @@ def drive(
 
 
 def drive_in_turn(
-    ports: dict[str, int], body: bytes, requests: int, warmup: int, warmup_seconds: float = WARMUP_SECONDS
+    ports: dict[str, int],
+    body: bytes,
+    requests: int,
+    warmup: int,
+    warmup_seconds: float = WARMUP_SECONDS,
+    block_pods: int = BLOCK_PODS,
 ) -> dict[str, dict[str, list[float]]]:
     """:func:`drive` for several servers at once, one client each, taking turns.
 
     The warm-up alternates pod by pod until every client has sent ``warmup`` pods and
-    ``warmup_seconds`` have passed; then each server in turn gets ``BLOCK_PODS`` pods, the
+    ``warmup_seconds`` have passed; then each server in turn gets ``block_pods`` pods, the
     order reversed every block, until each has ``requests`` measured. Per server, each verb's
     requests' seconds.
     """
@@ -261,7 +273,7 @@ def drive_in_turn(
     block = 0
     while (done := len(latencies[order[0]][VERBS[-1]])) < requests:
         for label in order if block % 2 == 0 else order[::-1]:
-            for _ in range(min(BLOCK_PODS, requests - done)):
+            for _ in range(min(block_pods, requests - done)):
                 for verb, elapsed in zip(VERBS, clients[label].send_pod(), strict=True):
                     latencies[label][verb].append(elapsed)
         block += 1
@@ -279,7 +291,12 @@ def _drive_worker(args: tuple[int, bytes, int, int, float]) -> tuple[dict[str, l
 
 
 def measure(
-    ports: dict[str, int], body: bytes, requests: int, connections: int, warmup_seconds: float = WARMUP_SECONDS
+    ports: dict[str, int],
+    body: bytes,
+    requests: int,
+    connections: int,
+    warmup_seconds: float = WARMUP_SECONDS,
+    block_pods: int = BLOCK_PODS,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per server and verb: p50 and p99 in ms, and requests/s.
 
@@ -293,7 +310,7 @@ def measure(
     if connections == 1:
         return {
             label: _figures(latencies, None)
-            for label, latencies in drive_in_turn(ports, body, requests, warmup, warmup_seconds).items()
+            for label, latencies in drive_in_turn(ports, body, requests, warmup, warmup_seconds, block_pods).items()
         }
     figures = {}
     for label, port in ports.items():
@@ -328,7 +345,12 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument(
         "--warmup-seconds", type=float, default=WARMUP_SECONDS, help="unmeasured seconds before each measurement"
     )
+    p.add_argument(
+        "--block-pods", type=int, default=BLOCK_PODS, help="with one client, pods sent to one server before the other's turn"
+    )
     a = p.parse_args(list(argv))
+    if a.block_pods < 1:
+        p.error(f"--block-pods must be 1 or more, got {a.block_pods}")
     scenarios = [(s.split(":")[0], int(s.split(":")[1])) for s in a.scenarios.split(",")]
     largest = max(n for _, n in scenarios)
 
@@ -352,7 +374,9 @@ def main(argv: Sequence[str]) -> int:
             requests = a.requests if n <= 1000 else max(50, a.requests // 4)
             if mode == "nodes" and n >= 1000:
                 requests = max(50, a.requests // 8)
-            figures = measure({"floor": floor_port, "joulesched": ext_port}, body, requests, a.connections, a.warmup_seconds)
+            figures = measure(
+                {"floor": floor_port, "joulesched": ext_port}, body, requests, a.connections, a.warmup_seconds, a.block_pods
+            )
             for verb in VERBS:
                 row: dict[str, Any] = {"mode": mode, "nodes": n, "verb": verb, "body_kib": round(len(body) / 1024, 1)}
                 row["floor"] = figures["floor"][verb]
@@ -371,8 +395,8 @@ def main(argv: Sequence[str]) -> int:
         "cpus": os.cpu_count(),
         "workers": a.workers,
         "connections": a.connections,
-        # one client: the two servers in turn, BLOCK_PODS pods at a time; several: one after the other
-        "in_turn_block_pods": BLOCK_PODS if a.connections == 1 else None,
+        # one client: the two servers in turn, block_pods pods at a time; several: one after the other
+        "in_turn_block_pods": a.block_pods if a.connections == 1 else None,
         "date": time.strftime("%Y-%m-%d"),
     }
     if a.out:

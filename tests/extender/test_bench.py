@@ -15,7 +15,7 @@ def test_the_benchmark_measures_both_servers_and_writes_its_figures(tmp_path: Pa
     out = tmp_path / "bench.json"
     assert bench.main(["--requests", "5", "--scenarios", "names:10,nodes:3", "--warmup-seconds", "0", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["meta"]["connections"] == 1 and doc["meta"]["workers"] == 2
+    assert doc["meta"]["connections"] == 1 and doc["meta"]["workers"] == 2 and doc["meta"]["in_turn_block_pods"] == 1
     rows = {(r["mode"], r["nodes"], r["verb"]) for r in doc["results"]}
     assert rows == {(m, n, v) for m, n in (("names", 10), ("nodes", 3)) for v in ("prioritize", "filter")}
     for row in doc["results"]:
@@ -25,7 +25,7 @@ def test_the_benchmark_measures_both_servers_and_writes_its_figures(tmp_path: Pa
     assert "p99 ratio" in capsys.readouterr().out
 
 
-def test_one_client_drives_the_servers_in_turn_so_both_see_the_same_moments(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_client_drives_the_servers_in_turn_so_both_see_the_same_moments() -> None:
     # Two floors that record which of them each pod reached, in arrival order.
     import http.server
     import threading
@@ -44,14 +44,25 @@ def test_one_client_drives_the_servers_in_turn_so_both_see_the_same_moments(monk
         return server
 
     servers = {"a": serve("a"), "b": serve("b")}
-    monkeypatch.setattr(bench, "BLOCK_PODS", 3)
     try:
         body = bench.request_body("names", 4)
-        latencies = bench.drive_in_turn({k: s.server_address[1] for k, s in servers.items()}, body, 7, 2, 0.0)
+        ports = {k: s.server_address[1] for k, s in servers.items()}
+        latencies = bench.drive_in_turn(ports, body, 7, 2, 0.0, block_pods=3)
+        # warm-up pod by pod, then blocks of 3 with the order reversed every block, the last one short
+        assert "".join(seen) == "abab" + "aaabbb" + "bbbaaa" + "a" + "b"
+        assert {k: [len(v[verb]) for verb in bench.VERBS] for k, v in latencies.items()} == {"a": [7, 7], "b": [7, 7]}
+        # By default pod by pod, the order reversed every pod: neither server waits out the
+        # other's block, idle (docs/benchmarks.md, "The first request after an idle spell").
+        seen.clear()
+        bench.drive_in_turn(ports, body, 4, 2, 0.0)
+        assert "".join(seen) == "abab" + "ab" + "ba" + "ab" + "ba"
     finally:
         for server in servers.values():
             server.shutdown()
             server.server_close()
-    # warm-up pod by pod, then blocks of 3 with the order reversed every block, the last one short
-    assert "".join(seen) == "abab" + "aaabbb" + "bbbaaa" + "a" + "b"
-    assert {k: [len(v[verb]) for verb in bench.VERBS] for k, v in latencies.items()} == {"a": [7, 7], "b": [7, 7]}
+
+
+def test_a_block_of_no_pods_is_refused_by_name(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--block-pods", "0"])
+    assert exit_.value.code == 2 and "--block-pods must be 1 or more, got 0" in capsys.readouterr().err
