@@ -46,6 +46,9 @@ before which every round ran them in the order given):
   placements from its top choices and the pod watch only), what was shipped before the bind
   verb: the bind verb moves the binding's API write from kube-scheduler into the extender, and
   this is that cost;
+* ``names-split`` and ``record-split``: ``names`` and ``record`` with deploy/'s bindVerb in an
+  extender entry of its own (the same urlPrefix, no other verb): kube-scheduler gives each
+  entry its own HTTP client, so the binds in flight no longer share the decisions' connections;
 * any name given with ``--variant NAME:KEY=VALUE``: names mode as shipped, bind verb included,
   with those settings (``--variant threads64:bind.threads=64 --contenders const,names,threads64``).
 
@@ -57,7 +60,8 @@ count × the API rate (``clientConnection.qps``/``burst``: kube-scheduler ignore
 Beside it, over the same span: kube-scheduler's, kube-apiserver's and etcd's CPU a pod, the
 share of the machine's CPUs busy while pods were being scheduled (/proc/stat: near 100 %, the
 burst was bound by CPU), and for joulesched with the bind verb the milliseconds a pod its
-decisions waited for an earlier pod's binding (``joulesched_extender_bind_wait_seconds_total``).
+decisions waited for an earlier pod's binding (``joulesched_extender_bind_wait_seconds_total``)
+and the TCP connections it accepted a pod (``joulesched_extender_connections_total``).
 
 ``--extender-cpus 1`` runs the extenders on CPU 1 and everything else (etcd, kube-apiserver,
 each kube-scheduler, this script) on the other CPUs, as in a cluster where the extender's
@@ -125,17 +129,18 @@ from processes import ManagedProcess, _wait_until  # noqa: E402
 
 from joulesched.contracts.net import free_port  # noqa: E402
 
-CONTENDERS = ("alone", "const", "const-bind", "const-record", "names", "nowait", "record", "const-full", "full", "watch", "choose", "choose-bind", "top-bind")
+CONTENDERS = ("alone", "const", "const-bind", "const-record", "names", "nowait", "record", "const-full", "full", "watch", "choose", "choose-bind", "top-bind", "names-split", "record-split")
 # What each contender is compared with: the constant-score extender, and for one that binds
 # (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
-BINDERS = ("names", "nowait", "full", "choose-bind", "top-bind")
+BINDERS = ("names", "nowait", "full", "choose-bind", "top-bind", "names-split")
 # Served by a joulesched extender of its own, with these settings (--set form) on top of --set's.
 SETTINGS_OF = {
     "choose": ("policy.filter_keeps=best",),
     "choose-bind": ("policy.filter_keeps=best",),
     "top-bind": ("policy.filter_keeps=top",),
     "record": ("bind.write=false",),
+    "record-split": ("bind.write=false",),
     "nowait": ("bind.wait_seconds=0",),
 }
 # More of them, named on the command line (--variant NAME:KEY=VALUE): names mode as shipped,
@@ -180,9 +185,11 @@ def delete_pods(cp: ControlPlane, namespace: str) -> None:
     )
 
 
-def scheduler_config(name: str, extender: dict[str, Any] | None, qps: int, percentage: int | None) -> dict[str, Any]:
+def scheduler_config(
+    name: str, extender: dict[str, Any] | list[dict[str, Any]] | None, qps: int, percentage: int | None
+) -> dict[str, Any]:
     config = deploy_scheduler_for(name, "")
-    config["extenders"] = [extender] if extender else []
+    config["extenders"] = extender if isinstance(extender, list) else [extender] if extender else []
     if percentage is None:
         config.pop("percentageOfNodesToScore", None)
     else:
@@ -208,19 +215,21 @@ def attempts(port: int, profile: str) -> dict[str, float]:
     return totals
 
 
-def bind_waits(url: str) -> tuple[float, float]:
-    """(decisions that waited, seconds they waited) for the bind verb's earlier pods, from the
-    extender's /metrics (every outcome)."""
+def bind_waits(url: str) -> tuple[float, float, float]:
+    """(decisions that waited, seconds they waited) for the bind verb's earlier pods (every
+    outcome), and the TCP connections the extender has accepted, from its /metrics."""
     base = url.rsplit("/", 1)[0]
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
         text = r.read().decode()
-    waits = seconds = 0.0
+    waits = seconds = connections = 0.0
     for line in text.splitlines():
         if line.startswith("joulesched_extender_bind_waits_total{"):
             waits += float(line.rsplit(" ", 1)[1])
         elif line.startswith("joulesched_extender_bind_wait_seconds_total{"):
             seconds += float(line.rsplit(" ", 1)[1])
-    return waits, seconds
+        elif line.startswith("joulesched_extender_connections_total "):
+            connections += float(line.rsplit(" ", 1)[1])
+    return waits, seconds, connections
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -396,6 +405,9 @@ class Burst:
     # --extender-cpus: the share of the other CPUs (etcd's, kube-apiserver's, kube-scheduler's
     # and this script's) busy over the same span as machine_busy
     control_plane_busy: float | None = None
+    # joulesched with the bind verb: the TCP connections it accepted over the burst
+    # (kube-scheduler keeps at most 2 idle ones: requests in flight beyond those come on new ones)
+    connections: float | None = None
 
 
 def run_burst(
@@ -427,11 +439,17 @@ def run_burst(
             entry.pop("prioritizeVerb", None)
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
-    binds = contender in (*BINDERS, *VARIANTS, "record") and entry is not None and "bindVerb" in entry
+    binds = contender in (*BINDERS, *VARIANTS, "record", "record-split") and entry is not None and "bindVerb" in entry
+    entries: list[dict[str, Any]] = [entry] if entry else []
+    if entry is not None and contender.endswith("-split"):
+        # The bind verb in an entry of its own: kube-scheduler gives each entry its own HTTP
+        # client, so the binds in flight no longer take the decisions' connections.
+        shared = ("urlPrefix", "enableHTTPS", "nodeCacheCapable", "ignorable", "httpTimeout", "bindVerb")
+        entries = [{k: v for k, v in entry.items() if k != "bindVerb"}, {k: entry[k] for k in shared if k in entry}]
     waits0 = bind_waits(url) if binds and url else None
     api0, etcd0 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     sched = cp.start_scheduler(
-        scheduler_config(name, entry, qps, percentage), name=name, verbosity=1, extra_args=extra, wait=False
+        scheduler_config(name, entries, qps, percentage), name=name, verbosity=1, extra_args=extra, wait=False
     )
     try:
         first: tuple[float, float] | None = None
@@ -494,6 +512,7 @@ def run_burst(
         round(etcd1 - etcd0, 2),
         counts.get("error", 0.0),
         None if cp_busy0 is None else busy_share(cp_busy0, cp_busy1),
+        None if waits0 is None or waits1 is None else waits1[2] - waits0[2],
     )
 
 
@@ -575,6 +594,7 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
                                     "const-record": (const_record.url, const_record.pid) if const_record else (None, None),
                                     "const-full": (const.url, const.pid),
                                     "names": (ext.url, ext.pid),
+                                    "names-split": (ext.url, ext.pid),
                                     "full": (ext.url, ext.pid),
                                     "watch": (ext.url, ext.pid),
                                 }[contender]
@@ -609,8 +629,8 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
 
 def summarise(results: list[Burst]) -> list[str]:
     lines = [
-        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | kube-scheduler CPU ms/pod | kube-apiserver + etcd CPU ms/pod | machine busy | bind waits ms/pod | pods/s ÷ const (median of the rounds) | CPU ÷ const (median of the rounds) | pods/s ÷ const-bind (median of the rounds) | CPU ÷ const-bind (median of the rounds) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| nodes | kube-api qps | percentageOfNodesToScore | contender | pods/s (each round) | extender CPU ms/pod (each round) | kube-scheduler CPU ms/pod | kube-apiserver + etcd CPU ms/pod | machine busy | bind waits ms/pod | connections a pod | pods/s ÷ const (median of the rounds) | CPU ÷ const (median of the rounds) | pods/s ÷ const-bind (median of the rounds) | CPU ÷ const-bind (median of the rounds) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     configs = sorted({(b.nodes, b.qps, b.percentage) for b in results}, key=lambda c: (c[0], c[1], c[2]))
     for cfg in configs:
@@ -655,8 +675,9 @@ def summarise(results: list[Burst]) -> list[str]:
                 for b in mine
             )
             waited = ", ".join("–" if b.bind_wait_ms_per_pod is None else f"{b.bind_wait_ms_per_pod:.2f}" for b in mine)
+            opened = ", ".join("–" if b.connections is None or not b.scheduled else f"{b.connections / b.scheduled:.2f}" for b in mine)
             lines.append(
-                f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {sched} | {api} | {busy} | {waited} | "
+                f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {sched} | {api} | {busy} | {waited} | {opened} | "
                 + " | ".join(ratios)
                 + " |"
             )
