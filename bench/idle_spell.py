@@ -55,7 +55,9 @@ def run(mode: str, ports: dict[str, int], body: bytes, pods: int, every: int, pa
     seconds: dict[str, list[list[float]]] = {label: [] for label in clients}
     order = list(clients)
     for i in range(pods):
-        for label in order if i % 2 == 0 else order[::-1]:
+        # Pod by pod the order is reversed, and after each pause too: which server the first
+        # pod after a pause reaches first alternates (with an even --every it would not).
+        for label in order if (i % every + i // every) % 2 == 0 else order[::-1]:
             seconds[label].append(clients[label].send_pod())
         if i % every == every - 1:
             pause(mode, pause_seconds)
@@ -85,8 +87,9 @@ def in_process(modes: Sequence[str], n: int, pods: int, every: int, pause_second
     rng = random.Random(1)
     orders = [rng.sample([bench.node_name(i) for i in range(n)], n) for _ in range(ORDERS)]
     lines = []
-    for mode in modes:
-        bodies = [orjson.dumps({"Pod": pod(i), "NodeNames": orders[i % ORDERS]}) for i in range(WARM_UP + pods)]
+    for m, mode in enumerate(modes):
+        first = m * (WARM_UP + pods)  # pods of their own: none the ledger holds from an earlier mode
+        bodies = [orjson.dumps({"Pod": pod(first + i), "NodeNames": orders[i % ORDERS]}) for i in range(WARM_UP + pods)]
         per_pod = []
         for i, body in enumerate(bodies):
             if i > WARM_UP and (i - WARM_UP) % every == 0:
@@ -131,6 +134,8 @@ def main(argv: Sequence[str]) -> int:
         p.error(f"--modes: unknown {unknown}; choose from none, sleep, spin")
     if a.every < 2 or a.pods < 2 * a.every:
         p.error(f"--every must be 2 or more and --pods at least twice --every, got {a.every} and {a.pods}")
+    if a.pause_ms < 0 or a.nodes < 1:
+        p.error(f"--pause-ms must be 0 or more and --nodes 1 or more, got {a.pause_ms:g} and {a.nodes}")
 
     header = ["| pause | server | verb | first pod after a pause, p50 ms | the others, p50 ms | the others, p99 ms | all, p99 ms |",
               "|---|---|---|---|---|---|---|"]  # fmt: skip

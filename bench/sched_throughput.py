@@ -108,7 +108,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -134,6 +134,9 @@ CONTENDERS = ("alone", "const", "const-bind", "const-record", "names", "nowait",
 # (joulesched with deploy/'s bindVerb), the constant-score extender that binds too.
 FLOORS = ("const", "const-bind")
 BINDERS = ("names", "nowait", "full", "choose-bind", "top-bind", "names-split")
+# With deploy/'s bindVerb in a scheduler entry of its own (each runs against the extender of
+# the contender it splits: names-split against names', record-split against record's).
+SPLIT = ("names-split", "record-split")
 # Served by a joulesched extender of its own, with these settings (--set form) on top of --set's.
 SETTINGS_OF = {
     "choose": ("policy.filter_keeps=best",),
@@ -215,21 +218,29 @@ def attempts(port: int, profile: str) -> dict[str, float]:
     return totals
 
 
-def bind_waits(url: str) -> tuple[float, float, float]:
-    """(decisions that waited, seconds they waited) for the bind verb's earlier pods (every
-    outcome), and the TCP connections the extender has accepted, from its /metrics."""
+class ExtenderCounters(NamedTuple):
+    """What joulesched's /metrics has counted so far (every outcome)."""
+
+    bind_waits: float  # decisions that waited for an earlier pod's binding
+    bind_wait_seconds: float  # the seconds they waited
+    connections: float | None  # TCP connections accepted (None: a checkout without the counter)
+
+
+def extender_counters(url: str) -> ExtenderCounters:
+    """joulesched's counters from its /metrics (the scrape's own connection included)."""
     base = url.rsplit("/", 1)[0]
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
         text = r.read().decode()
-    waits = seconds = connections = 0.0
+    waits = seconds = 0.0
+    connections: float | None = None
     for line in text.splitlines():
         if line.startswith("joulesched_extender_bind_waits_total{"):
             waits += float(line.rsplit(" ", 1)[1])
         elif line.startswith("joulesched_extender_bind_wait_seconds_total{"):
             seconds += float(line.rsplit(" ", 1)[1])
         elif line.startswith("joulesched_extender_connections_total "):
-            connections += float(line.rsplit(" ", 1)[1])
-    return waits, seconds, connections
+            connections = (connections or 0.0) + float(line.rsplit(" ", 1)[1])
+    return ExtenderCounters(waits, seconds, connections)
 
 
 # -- processes -----------------------------------------------------------------------------------
@@ -405,8 +416,10 @@ class Burst:
     # --extender-cpus: the share of the other CPUs (etcd's, kube-apiserver's, kube-scheduler's
     # and this script's) busy over the same span as machine_busy
     control_plane_busy: float | None = None
-    # joulesched with the bind verb: the TCP connections it accepted over the burst
-    # (kube-scheduler keeps at most 2 idle ones: requests in flight beyond those come on new ones)
+    # joulesched with the bind verb: the TCP connections it accepted over the burst, a few of
+    # them whatever the burst (each of kube-scheduler's extender clients opens its first ones,
+    # and the closing /metrics scrape is one). Each client keeps at most 2 idle connections:
+    # requests in flight beyond those come on new ones.
     connections: float | None = None
 
 
@@ -441,12 +454,12 @@ def run_burst(
     cpu0 = cpu_seconds(extender_pid) if extender_pid else None
     binds = contender in (*BINDERS, *VARIANTS, "record", "record-split") and entry is not None and "bindVerb" in entry
     entries: list[dict[str, Any]] = [entry] if entry else []
-    if entry is not None and contender.endswith("-split"):
+    if entry is not None and contender in SPLIT:
         # The bind verb in an entry of its own: kube-scheduler gives each entry its own HTTP
         # client, so the binds in flight no longer take the decisions' connections.
         shared = ("urlPrefix", "enableHTTPS", "nodeCacheCapable", "ignorable", "httpTimeout", "bindVerb")
         entries = [{k: v for k, v in entry.items() if k != "bindVerb"}, {k: entry[k] for k in shared if k in entry}]
-    waits0 = bind_waits(url) if binds and url else None
+    waits0 = extender_counters(url) if binds and url else None
     api0, etcd0 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     sched = cp.start_scheduler(
         scheduler_config(name, entries, qps, percentage), name=name, verbosity=1, extra_args=extra, wait=False
@@ -478,7 +491,7 @@ def run_burst(
                 break
         cpu1 = cpu_seconds(extender_pid) if extender_pid else None
         sched_cpu = cpu_seconds(sched.pid)
-        waits1 = bind_waits(url) if waits0 is not None and url else None
+        waits1 = extender_counters(url) if waits0 is not None and url else None
         api1, etcd1 = cpu_seconds(cp.apiserver.pid), cpu_seconds(cp.etcd.pid)
     finally:
         cp.stop_scheduler(sched)
@@ -506,13 +519,17 @@ def run_burst(
         round(sched_cpu, 2),
         scheduled >= pods,
         busy_share(busy0, busy1),
-        None if waits0 is None or waits1 is None else waits1[0] - waits0[0],
-        None if waits0 is None or waits1 is None or not scheduled else round(1000 * (waits1[1] - waits0[1]) / scheduled, 3),
+        None if waits0 is None or waits1 is None else waits1.bind_waits - waits0.bind_waits,
+        None
+        if waits0 is None or waits1 is None or not scheduled
+        else round(1000 * (waits1.bind_wait_seconds - waits0.bind_wait_seconds) / scheduled, 3),
         round(api1 - api0, 2),
         round(etcd1 - etcd0, 2),
         counts.get("error", 0.0),
         None if cp_busy0 is None else busy_share(cp_busy0, cp_busy1),
-        None if waits0 is None or waits1 is None else waits1[2] - waits0[2],
+        None
+        if waits0 is None or waits1 is None or waits0.connections is None or waits1.connections is None
+        else waits1.connections - waits0.connections,
     )
 
 
@@ -675,7 +692,7 @@ def summarise(results: list[Burst]) -> list[str]:
                 for b in mine
             )
             waited = ", ".join("–" if b.bind_wait_ms_per_pod is None else f"{b.bind_wait_ms_per_pod:.2f}" for b in mine)
-            opened = ", ".join("–" if b.connections is None or not b.scheduled else f"{b.connections / b.scheduled:.2f}" for b in mine)
+            opened = ", ".join("–" if b.connections is None or not b.scheduled else f"{b.connections / b.scheduled:.3f}" for b in mine)
             lines.append(
                 f"| {cfg[0]} | {cfg[1]} | {cfg[2]} | {contender} | {rates} | {cpus} | {sched} | {api} | {busy} | {waited} | {opened} | "
                 + " | ".join(ratios)

@@ -12,11 +12,11 @@ the order swapped every block, so that a slow second of the machine falls on bot
 (measured one after the other, each p99 was of a different two seconds).
 
 Pod by pod, as a burst from kube-scheduler keeps an extender busy: in blocks of 50 each
-server sat idle for the other's 15–20 ms, and the first request after an idle spell runs on
-a CPU that has gone to sleep (cold caches, and on a virtual machine a vCPU descheduled):
+server sat idle through the other's 16–25 ms, and the first request after such a pause is
+slow, for the server's own code and data no longer at hand (its cause was not traced):
 joulesched's filter took 0.6–0.7 ms there against its 0.27–0.30 ms, the floor's 0.30–0.36
 against 0.15–0.19, and those first requests, 2 % of them, were the p99 (docs/benchmarks.md,
-"The first request after an idle spell").
+"The first request after an idle spell"). ``--block-pods 50`` measures as before.
 
     joulesched bench [--requests N] [--workers W] [--connections C] [--block-pods B] [--out FILE]
 """
@@ -346,9 +346,13 @@ def main(argv: Sequence[str]) -> int:
         "--warmup-seconds", type=float, default=WARMUP_SECONDS, help="unmeasured seconds before each measurement"
     )
     p.add_argument(
-        "--block-pods", type=int, default=BLOCK_PODS, help="with one client, pods sent to one server before the other's turn"
+        "--block-pods", type=int, help=f"with one client, pods sent to one server before the other's turn (default {BLOCK_PODS})"
     )
     a = p.parse_args(list(argv))
+    if a.block_pods is not None and a.connections != 1:
+        p.error("--block-pods is for one client (--connections 1): several are measured one server after the other")
+    if a.block_pods is None:
+        a.block_pods = BLOCK_PODS
     if a.block_pods < 1:
         p.error(f"--block-pods must be 1 or more, got {a.block_pods}")
     scenarios = [(s.split(":")[0], int(s.split(":")[1])) for s in a.scenarios.split(",")]

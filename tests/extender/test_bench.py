@@ -11,11 +11,16 @@ from joulesched.extender import bench
 
 
 @pytest.mark.slow
-def test_the_benchmark_measures_both_servers_and_writes_its_figures(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_the_benchmark_measures_both_servers_and_writes_its_figures(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    blocks = []
+    drive_in_turn = bench.drive_in_turn
+    monkeypatch.setattr(bench, "drive_in_turn", lambda *a: blocks.append(a[-1]) or drive_in_turn(*a))
     out = tmp_path / "bench.json"
-    assert bench.main(["--requests", "5", "--scenarios", "names:10,nodes:3", "--warmup-seconds", "0", "--out", str(out)]) == 0
+    argv = ["--requests", "5", "--scenarios", "names:10,nodes:3", "--warmup-seconds", "0", "--block-pods", "2"]
+    assert bench.main([*argv, "--out", str(out)]) == 0
+    assert blocks == [2, 2]  # each scenario driven in blocks of --block-pods
     doc = json.loads(out.read_text())
-    assert doc["meta"]["connections"] == 1 and doc["meta"]["workers"] == 2 and doc["meta"]["in_turn_block_pods"] == 1
+    assert doc["meta"]["connections"] == 1 and doc["meta"]["workers"] == 2 and doc["meta"]["in_turn_block_pods"] == 2
     rows = {(r["mode"], r["nodes"], r["verb"]) for r in doc["results"]}
     assert rows == {(m, n, v) for m, n in (("names", 10), ("nodes", 3)) for v in ("prioritize", "filter")}
     for row in doc["results"]:
@@ -51,8 +56,9 @@ def test_one_client_drives_the_servers_in_turn_so_both_see_the_same_moments() ->
         # warm-up pod by pod, then blocks of 3 with the order reversed every block, the last one short
         assert "".join(seen) == "abab" + "aaabbb" + "bbbaaa" + "a" + "b"
         assert {k: [len(v[verb]) for verb in bench.VERBS] for k, v in latencies.items()} == {"a": [7, 7], "b": [7, 7]}
-        # By default pod by pod, the order reversed every pod: neither server waits out the
-        # other's block, idle (docs/benchmarks.md, "The first request after an idle spell").
+        # By default pod by pod, the order reversed every pod: a server waits at most two of
+        # the other's pods, not a block of them (docs/benchmarks.md, "The first request after
+        # an idle spell").
         seen.clear()
         bench.drive_in_turn(ports, body, 4, 2, 0.0)
         assert "".join(seen) == "abab" + "ab" + "ba" + "ab" + "ba"
@@ -62,7 +68,14 @@ def test_one_client_drives_the_servers_in_turn_so_both_see_the_same_moments() ->
             server.server_close()
 
 
-def test_a_block_of_no_pods_is_refused_by_name(capsys) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--block-pods", "0"], "--block-pods must be 1 or more, got 0"),
+        (["--block-pods", "2", "--connections", "2"], "--block-pods is for one client (--connections 1)"),
+    ],
+)
+def test_blocks_the_bench_cannot_drive_are_refused_by_name(capsys, argv, said) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--block-pods", "0"])
-    assert exit_.value.code == 2 and "--block-pods must be 1 or more, got 0" in capsys.readouterr().err
+        bench.main(argv)
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
