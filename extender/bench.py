@@ -13,10 +13,10 @@ the order swapped every block, so that a slow second of the machine falls on bot
 
 Pod by pod, as a burst from kube-scheduler keeps an extender busy: in blocks of 50 each
 server sat idle through the other's 16–25 ms, and the first request after such a pause is
-slow, for the server's own code and data no longer at hand (its cause was not traced):
-joulesched's filter took 0.6–0.7 ms there against its 0.27–0.30 ms, the floor's 0.30–0.36
-against 0.15–0.19, and those first requests, 2 % of them, were the p99 (docs/benchmarks.md,
-"The first request after an idle spell"). ``--block-pods 50`` measures as before.
+slow (why was not traced; the more a request does, the more it pays): joulesched's filter
+took 0.59–0.75 ms there against its 0.26–0.29 ms, the floor's 0.31–0.43 against 0.14–0.18,
+and those first requests, 2 % of them, were the p99 (docs/benchmarks.md, "The first request
+after an idle spell"). ``--block-pods 50`` measures as before.
 
     joulesched bench [--requests N] [--workers W] [--connections C] [--block-pods B] [--out FILE]
 """
