@@ -68,24 +68,11 @@ def run(mode: str, ports: dict[str, int], body: bytes, pods: int, every: int, pa
 
 def in_process(modes: Sequence[str], n: int, pods: int, every: int, pause_seconds: float) -> list[str]:
     """The verb endpoint called here, pod by pod, pausing in this thread."""
-    import random
-
     import orjson
-    from verb_cost import ORDERS, ROOT, WARM_UP, pod  # bench/, the script's own directory
+    from verb_cost import ORDERS, WARM_UP, node_orders, pod, verb_endpoint  # bench/, the script's own directory
 
-    from joulesched.extender.app import create_app
-    from joulesched.extender.config import load_config
-
-    work = Path(tempfile.mkdtemp(prefix="joulesched-idle-spell-"))
-    (work / "nodes.yaml").write_text(yaml.safe_dump(bench.profile_document(n)))
-    config = yaml.safe_load((ROOT / "deploy" / "extender" / "config.yaml").read_text())
-    config["profiles"] = {"source": "file", "file": {"path": str(work / "nodes.yaml")}}
-    config["bind"] = {"enabled": False}
-    config["predicted_load"]["watch_pods"] = False
-    (work / "config.yaml").write_text(yaml.safe_dump(config))
-    endpoint = create_app(load_config(str(work / "config.yaml")), background=False).extensions["joulesched"]["endpoint"]
-    rng = random.Random(1)
-    orders = [rng.sample([bench.node_name(i) for i in range(n)], n) for _ in range(ORDERS)]
+    endpoint = verb_endpoint(n, Path(tempfile.mkdtemp(prefix="joulesched-idle-spell-")))
+    orders = node_orders(n)
     lines = []
     for m, mode in enumerate(modes):
         first = m * (WARM_UP + pods)  # pods of their own: none the ledger holds from an earlier mode

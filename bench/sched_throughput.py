@@ -188,11 +188,9 @@ def delete_pods(cp: ControlPlane, namespace: str) -> None:
     )
 
 
-def scheduler_config(
-    name: str, extender: dict[str, Any] | list[dict[str, Any]] | None, qps: int, percentage: int | None
-) -> dict[str, Any]:
+def scheduler_config(name: str, extenders: list[dict[str, Any]], qps: int, percentage: int | None) -> dict[str, Any]:
     config = deploy_scheduler_for(name, "")
-    config["extenders"] = extender if isinstance(extender, list) else [extender] if extender else []
+    config["extenders"] = extenders
     if percentage is None:
         config.pop("percentageOfNodesToScore", None)
     else:
@@ -816,7 +814,7 @@ def outage_case(
     # 2-CPU pods: 32 fit a node, so a backlog placed without the extender spreads over many
     pods = make_pods(cp, namespace, name, args.outage_pods, selector, cpu="2")
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
-    config = scheduler_config(name, deploy_extender_entry(url, ignorable=args.ignorable == "true"), 50, 100)
+    config = scheduler_config(name, [deploy_extender_entry(url, ignorable=args.ignorable == "true")], 50, 100)
     if args.in_tree == "default":
         config["profiles"][0].pop("pluginConfig", None)  # kube-scheduler's LeastAllocated
     sched = cp.start_scheduler(config, name=name, verbosity=1, extra_args=extra)

@@ -20,6 +20,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
@@ -41,20 +42,29 @@ def pod(i: int) -> dict[str, object]:
     }
 
 
-def cost(n: int, pods: int, work: Path) -> float:
-    """CPU seconds a pod of filter + prioritize over ``n`` names."""
+def verb_endpoint(n: int, work: Path) -> Any:
+    """The verb endpoint of deploy/'s extender config over a profile file of ``n`` nodes in
+    ``work``: no bind verb, no watches."""
     (work / "nodes.yaml").write_text(yaml.safe_dump(profile_document(n)))
     config = yaml.safe_load((ROOT / "deploy" / "extender" / "config.yaml").read_text())
     config["profiles"] = {"source": "file", "file": {"path": str(work / "nodes.yaml")}}
     config["bind"] = {"enabled": False}
     config["predicted_load"]["watch_pods"] = False
     (work / "config.yaml").write_text(yaml.safe_dump(config))
-    app = create_app(load_config(str(work / "config.yaml")), background=False)
-    endpoint = app.extensions["joulesched"]["endpoint"]
-    # kube-scheduler lists the nodes that passed its filters in the order its parallel checks
-    # finished, a different order pod after pod: 50 orders, taken in turn.
+    return create_app(load_config(str(work / "config.yaml")), background=False).extensions["joulesched"]["endpoint"]
+
+
+def node_orders(n: int) -> list[list[str]]:
+    """kube-scheduler lists the nodes that passed its filters in the order its parallel checks
+    finished, a different order pod after pod: ``ORDERS`` orders of the ``n`` names, taken in turn."""
     rng = random.Random(1)
-    orders = [rng.sample([node_name(i) for i in range(n)], n) for _ in range(ORDERS)]
+    return [rng.sample([node_name(i) for i in range(n)], n) for _ in range(ORDERS)]
+
+
+def cost(n: int, pods: int, work: Path) -> float:
+    """CPU seconds a pod of filter + prioritize over ``n`` names."""
+    endpoint = verb_endpoint(n, work)
+    orders = node_orders(n)
     bodies = [orjson.dumps({"Pod": pod(i), "NodeNames": orders[i % ORDERS]}) for i in range(WARM_UP + pods)]
 
     def run(lo: int, hi: int) -> None:
