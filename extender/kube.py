@@ -74,12 +74,31 @@ class Binder:
     # kube-scheduler gives up on the bind verb after its httpTimeout (deploy/: 1 s) and, being
     # ignorable, binds the pod itself to the same node: one of the two writes then gets 409.
     TIMEOUT_SECONDS = 5.0
+    # How long a bearer token read from the client is sent before it is asked again. The
+    # client's refresh hook sets its whole configuration again on every call (the in-cluster
+    # loader's and the kubeconfig's alike), and setting the host reads the proxy settings of
+    # the process's environment: 40 µs of CPU a binding. A ServiceAccount token the kubelet
+    # rotates stays valid until it expires (at least 10 minutes after it was issued; the
+    # kubelet replaces it at 80 % of its lifetime), so sending it a few seconds longer is safe;
+    # a 401 asks the client again at the next binding.
+    TOKEN_SECONDS = 5.0
 
     def __init__(self, kubeconfig: str) -> None:
         self.kubeconfig = kubeconfig
         self._client: Any = None
         self._direct: ApiConnections | None = None
         self._lock = threading.Lock()
+        self._token: tuple[float, str | None] | None = None  # (asked again after, the Authorization header)
+
+    def _authorization(self, config: Any) -> str | None:
+        """The Authorization header for the next binding: the client's, asked at most every
+        TOKEN_SECONDS (None without a token: a client certificate, or no credentials)."""
+        now = time.monotonic()
+        token = self._token
+        if token is None or now >= token[0]:
+            token = (now + self.TOKEN_SECONDS, config.get_api_key_with_prefix("BearerToken", alias="authorization"))
+            self._token = token
+        return token[1]
 
     def _api(self) -> Any:
         with self._lock:
@@ -100,7 +119,7 @@ class Binder:
             {"apiVersion": "v1", "kind": "Binding", "metadata": metadata, "target": {"apiVersion": "v1", "kind": "Node", "name": args.node}}
         )
         headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "joulesched-extender"}
-        token = config.get_api_key_with_prefix("BearerToken", alias="authorization")
+        token = self._authorization(config)
         if token:
             headers["Authorization"] = token
         path = f"/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
@@ -113,6 +132,8 @@ class Binder:
             )
             status, data = resp.status, resp.data
         if not 200 <= status < 300:
+            if status == 401:  # the token may have been rotated since it was read
+                self._token = None
             raise ExtenderError(f"HTTP {status}: {_status_message(data)}")
 
 
@@ -553,8 +574,12 @@ BOUND_PODS = "spec.nodeName!="  # a field selector: pods assigned to a node
 class PodBindingWatch(_Watch):
     """Watches pods cluster-wide and records every new binding as predicted load.
 
-    Pods already bound when the watch starts are taken as measured. Deleted pods are
-    forgotten. Failures are logged and retried with back-off; they never reach a request.
+    The pods already bound when it lists them are recorded at the time they were bound, those
+    of the last ``ttl_seconds``: an extender that starts while pods are being placed (a replica
+    of a rolling update, a restart mid-burst) counts the placements of the seconds before it as
+    load no measurement shows yet; older ones are taken as measured, as the ledger's own
+    placements are once they settle. Deleted pods are forgotten. Failures are logged and
+    retried with back-off; they never reach a request.
     """
 
     name = "pod-binding-watch"
@@ -588,6 +613,7 @@ class PodBindingWatch(_Watch):
         listing = orjson.loads(resp.data)
         items = listing.get("items") or []
         self._bound = {uid for p in items if (uid := (p.get("metadata") or {}).get("uid"))}
+        self.record_listed(items)
         if self.occupancy is not None:
             held = {}
             for pod in items:
@@ -607,6 +633,32 @@ class PodBindingWatch(_Watch):
             if self._stop.is_set():
                 return
             self.handle(kind, pod)
+
+    def record_listed(self, items: list[dict[str, Any]]) -> None:
+        """Record the listed pods bound within ``ttl_seconds``, each at the time it was bound.
+
+        A placement's time is what the ledger expires it by (``ttl_seconds`` after it, or once
+        a measurement ``settle_seconds`` younger exists), so a listing seen again (the watch
+        lists again after an error) moves nothing: the same placement keeps its first time.
+        Pods that have terminated hold no CPU and are left out.
+        """
+        now = self.clock()
+        for pod in items:
+            meta = pod.get("metadata") or {}
+            node = (pod.get("spec") or {}).get("nodeName")
+            at = bound_at(pod)
+            if not node or at is None or now - at > self.predicted.ttl:
+                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            try:
+                demand = demand_from_pod(pod)
+            except PolicyError as err:
+                log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
+                continue
+            self.predicted.record(
+                meta.get("uid") or "", node, demand.cpu_cores, float(demand.gpus), min(at, now), confirmed=True
+            )
 
     def handle(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -636,6 +688,18 @@ class PodBindingWatch(_Watch):
         if self.unbound is not None:
             # After the record: a decision waiting on this pod must find it in the ledger.
             self.unbound.bound(uid, by_bind_verb=False)  # bound by another replica or binder
+
+
+def bound_at(pod: dict[str, Any]) -> float | None:
+    """When a bound pod was bound (unix time): its PodScheduled condition's last transition to
+    True, which the API server sets with the binding; a pod created on its node (no such
+    condition) since its creation. None when neither is readable."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            at = _timestamp(condition.get("lastTransitionTime"))
+            if at is not None:
+                return at
+    return _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def holds_node_until(pod: dict[str, Any]) -> float | None:

@@ -365,7 +365,8 @@ def test_the_node_watch_follows_the_server_id_label(control_plane, node_factory)
 def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, node_factory, e2e_namespace):
     # extender.kube.PodBindingWatch against the real API: a pod bound by someone else enters the
     # ledger as confirmed with its requests, a pod still pending does not (its events never reach
-    # the watch), a deleted one leaves.
+    # the watch), a deleted one leaves; a pod bound before the watch listed is recorded at the
+    # time the API server bound it.
     from joulesched.extender.kube import Binder, PodBindingWatch
     from joulesched.extender.predicted import PredictedLoad
     from joulesched.extender.wire import BindingArgs
@@ -384,10 +385,18 @@ def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, 
         handle(kind, pod)
 
     watch.handle = counting  # type: ignore[method-assign]
+    cp.create_pod(f"early-{tag}", ns, scheduler_name="nobody", cpu="750m", memory="64Mi")
+    early = cp.core.read_namespaced_pod(f"early-{tag}", ns).metadata.uid
+    before = time.time()
+    Binder(str(cp.kubeconfig))(BindingArgs(f"early-{tag}", ns, early, node))
     watch.start()
     try:
-        # After the listing: a pod already bound when it lists is taken as measured, not recorded.
+        # The listing: a pod bound moments before it is load no measurement shows yet, recorded
+        # at its binding time (PodScheduled's lastTransitionTime, to the second).
         assert watch.listed.wait(30), "the pod watch never listed"
+        placed = predicted.placement(early)
+        assert placed is not None and (placed.node, placed.cores, placed.confirmed) == (node, 0.75, True)
+        assert int(before) <= placed.at <= time.time(), (before, placed.at)
         uids = {}
         for p, cpu in (("a", "1500m"), ("b", "250m")):
             cp.create_pod(f"{p}-{tag}", ns, scheduler_name="nobody", cpu=cpu, memory="64Mi")
@@ -402,7 +411,7 @@ def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, 
         # The API server filters with the watch's selector: nothing of the pending pod, and the
         # bound one enters as ADDED, not as a MODIFIED of a pod never seen (its deletion sets
         # deletionTimestamp first: a MODIFIED, then the DELETED).
-        assert {name for _, name in seen} == {f"a-{tag}"}, seen
+        assert {name for _, name in seen} == {f"a-{tag}"}, seen  # the early pod came with the listing
         assert (seen[0][0], seen[-1][0]) == ("ADDED", "DELETED"), seen
     finally:
         watch.stop()

@@ -8,6 +8,7 @@ byte, so that every way an HTTP/1.1 reply may come (and break) is exercised.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -252,23 +253,29 @@ def test_only_configurations_set_up_exactly_as_the_kubernetes_client_would_are_c
     assert ApiConnections.covers(config) is covered
 
 
+def token_kubeconfig(tmp_path: Any, port: int, token: str) -> Any:
+    """A kubeconfig for an API server on loopback ``port``, with a bearer token."""
+    import yaml
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))
+    return kubeconfig
+
+
 def test_the_binder_posts_the_binding_with_the_kubeconfigs_token_and_names_a_refusal(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import orjson
-    import yaml
 
     from joulesched.extender.kube import Binder
     from joulesched.extender.wire import BindingArgs
 
     refusal = orjson.dumps({"kind": "Status", "status": "Failure", "message": 'pods "p" is forbidden', "code": 403})
     server = Scripted([OK, b"HTTP/1.1 403 Forbidden\r\nContent-Length: %d\r\n\r\n" % len(refusal) + refusal])
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
-        "users": [{"name": "u", "user": {"token": "s3cret"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-    }))
-    binder = Binder(str(kubeconfig))
+    binder = Binder(str(token_kubeconfig(tmp_path, server.port, "s3cret")))
     try:
         binder(BindingArgs("p", "ns", "uid-1", "node-a"))
         with pytest.raises(ExtenderError, match=r'^HTTP 403: pods "p" is forbidden$'):
@@ -278,6 +285,44 @@ def test_the_binder_posts_the_binding_with_the_kubeconfigs_token_and_names_a_ref
         assert orjson.loads(body) == {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
                                       "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}}
         assert server.connections == 1
+    finally:
+        assert binder._direct is not None
+        binder._direct.close()
+        server.close()
+
+
+def test_the_binder_asks_the_client_for_its_token_once_a_while_and_again_after_a_401(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The client's refresh hook sets its whole configuration on every call (40 µs a binding):
+    # the binder sends the token it read for TOKEN_SECONDS, and asks again after a 401.
+    import orjson
+
+    from joulesched.extender.kube import Binder
+    from joulesched.extender.wire import BindingArgs
+
+    unauthorised = orjson.dumps({"kind": "Status", "status": "Failure", "message": "Unauthorized", "code": 401})
+    server = Scripted([OK, OK, b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n" % len(unauthorised) + unauthorised, OK, OK])
+    binder = Binder(str(token_kubeconfig(tmp_path, server.port, "first")))
+    config = binder._api().configuration
+    asked: list[str] = []
+    assert config.refresh_api_key_hook is not None  # the kubeconfig's token comes with the client's refresh hook
+
+    def hook(c: Any) -> None:  # in its place: a token rotated each time it is asked for
+        c.api_key["BearerToken"] = f"Bearer rotated-{len(asked)}"
+        asked.append(c.api_key["BearerToken"])
+
+    config.refresh_api_key_hook = hook
+    binder.TOKEN_SECONDS = 3600.0  # no binding here outlives the token it was sent with
+    try:
+        binder(BindingArgs("a", "ns", "", "n"))
+        binder(BindingArgs("b", "ns", "", "n"))
+        with pytest.raises(ExtenderError, match=r"^HTTP 401: Unauthorized$"):
+            binder(BindingArgs("c", "ns", "", "n"))
+        binder.TOKEN_SECONDS = 0.0  # from now on each token is past its time at the next binding
+        binder(BindingArgs("d", "ns", "", "n"))
+        binder(BindingArgs("e", "ns", "", "n"))
+        sent = [re.search(rb"\r\nAuthorization: Bearer (\S+)\r\n", r).group(1).decode() for r in server.requests]  # type: ignore[union-attr]
+        assert sent == ["rotated-0", "rotated-0", "rotated-0", "rotated-1", "rotated-2"]
+        assert asked == ["Bearer rotated-0", "Bearer rotated-1", "Bearer rotated-2"]
     finally:
         assert binder._direct is not None
         binder._direct.close()

@@ -260,3 +260,47 @@ def test_the_pod_watch_records_a_binding_before_it_ends_a_wait_for_it() -> None:
     watch.handle("MODIFIED", pod)
     (placed,) = seen
     assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("n1", 2.0, True)
+
+
+def test_the_pod_watch_records_the_listed_pods_bound_within_the_ttl_at_their_binding_time() -> None:
+    # An extender started mid-burst (a replica of a rolling update) lists pods bound seconds
+    # ago: load no measurement shows yet. Each is recorded at its binding time (PodScheduled's
+    # last transition to True), so it expires as the ledger's own placements do.
+    from datetime import UTC, datetime
+
+    from joulesched.extender.kube import PodBindingWatch
+
+    def at(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def pod(uid: str, *, scheduled: float | None = None, created: float = 0.0, phase: str = "Running") -> dict:
+        conditions = [{"type": "Ready", "status": "True", "lastTransitionTime": at(created)}]
+        if scheduled is not None:
+            conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": at(scheduled)})
+        return {
+            "metadata": {"uid": uid, "name": uid, "namespace": "default", "creationTimestamp": at(created)},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]},
+            "status": {"phase": phase, "conditions": conditions},
+        }
+
+    predicted = PredictedLoad(ttl_seconds=300, settle_seconds=30)
+    watch = PodBindingWatch("", predicted, clock=lambda: 100_000.0)
+    items = [
+        pod("recent", scheduled=99_990, created=99_000),  # bound 10 s ago, created long before
+        pod("old", scheduled=99_600, created=99_000),  # bound 400 s ago: past the TTL
+        pod("on-its-node", created=99_995),  # created with its node: no PodScheduled condition
+        pod("done", scheduled=99_990, phase="Succeeded"),  # terminated: holds no CPU
+        pod("ahead", scheduled=100_003),  # the API server's clock 3 s ahead of ours
+    ]
+    watch.record_listed(items)
+    placed = {uid: predicted.placement(uid) for uid in ("recent", "old", "on-its-node", "done", "ahead")}
+    assert {uid: (p.node, p.cores, p.at, p.confirmed) for uid, p in placed.items() if p is not None} == {
+        "recent": ("n1", 2.0, 99_990.0, True),
+        "on-its-node": ("n1", 2.0, 99_995.0, True),
+        "ahead": ("n1", 2.0, 100_000.0, True),
+    }
+    # Listed again (the watch lists again after an error) a while later: nothing moves.
+    watch.clock = lambda: 100_020.0
+    watch.record_listed(items)
+    assert predicted.placement("recent") == placed["recent"]
+    assert predicted.placement("ahead") == placed["ahead"]
