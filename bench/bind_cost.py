@@ -3,10 +3,13 @@
 A real etcd and kube-apiserver on loopback (the e2e harness, tests/e2e/cluster.py), one Node
 object and N pods; the binder binds them one by one, in this process, and the process CPU
 (``time.process_time``), kube-apiserver's and etcd's CPU (/proc) and the wall time per binding
-are printed. Not a timed test: run by hand, alternating checkouts for an A/B
+are printed. ``--as admin`` binds with the harness's admin client certificate (system:masters);
+``--as service-account`` as deploy/ runs the extender: its ServiceAccount's bearer token, with
+deploy/extender/rbac.yaml's ClusterRole (API Priority and Fairness's ``service-accounts`` flow
+schema then applies). Not a timed test: run by hand, alternating checkouts for an A/B
 (``PYTHONPATH=<checkout>``), and record the figures in docs/benchmarks.md.
 
-    JOULESCHED_K8S_BIN_DIR=~/.cache/joulesched/k8s/v1.37.2/bin PYTHONPATH=. python bench/bind_cost.py
+    JOULESCHED_K8S_BIN_DIR=~/.cache/joulesched/k8s/v1.37.2/bin PYTHONPATH=. python bench/bind_cost.py [--as service-account]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from joulesched.extender.wire import BindingArgs  # noqa: E402
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--binds", type=int, default=300)
+    p.add_argument("--as", dest="identity", choices=("admin", "service-account"), default="admin", help="whose credentials bind")
     args = p.parse_args()
     bin_dir = os.environ.get("JOULESCHED_K8S_BIN_DIR")
     if not bin_dir:
@@ -46,7 +50,13 @@ def main() -> int:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: cp.create_pod(f"p{i}", ns, scheduler_name="none", cpu="10m", memory="1Mi"), range(args.binds)))
         uids = {pod.metadata.name: pod.metadata.uid for pod in cp.core.list_namespaced_pod(ns).items}
-        binder = Binder(str(cp.kubeconfig))
+        kubeconfig = cp.kubeconfig
+        if args.identity == "service-account":
+            cp.kubectl("apply", "-f", str(ROOT / "deploy" / "namespace.yaml"))
+            cp.kubectl("apply", "-n", "joulesched", "-f", str(ROOT / "deploy" / "extender" / "serviceaccount.yaml"),
+                       "-f", str(ROOT / "deploy" / "extender" / "rbac.yaml"))
+            kubeconfig = cp.service_account_kubeconfig("joulesched", "joulesched-extender")
+        binder = Binder(str(kubeconfig))
         binder(BindingArgs("p0", ns, uids["p0"], "n1"))  # the client made, the connection opened
         time.sleep(2)  # the pods' creation settled in kube-apiserver and etcd
         c0, w0 = time.process_time(), time.monotonic()
@@ -58,7 +68,7 @@ def main() -> int:
         n = args.binds - 1
         bound = sum(1 for pod in cp.core.list_namespaced_pod(ns).items if pod.spec.node_name == "n1")
         print(
-            f"{n} bindings ({bound} pods bound): {1000 * (c1 - c0) / n:.2f} ms CPU and {1000 * (w1 - w0) / n:.2f} ms "
+            f"{n} bindings as {args.identity} ({bound} pods bound): {1000 * (c1 - c0) / n:.2f} ms CPU and {1000 * (w1 - w0) / n:.2f} ms "
             f"wall a binding; kube-apiserver {1000 * (a1 - a0) / n:.2f} ms, etcd {1000 * (e1 - e0) / n:.2f} ms of CPU a binding"
         )
     finally:

@@ -3,7 +3,7 @@
 Standard library only (http.server, HTTP/1.1 keep-alive, as kube-scheduler's Go client keeps
 its connection): filter passes every node it is sent, prioritize scores every node 0. Bind is
 served only when given the API server (``--api``): then it POSTs the ``pods/binding`` at once,
-over kept-alive TLS connections (http.client, a client certificate), and answers kube-scheduler
+over kept-alive TLS connections (http.client, a client certificate or a bearer token), and answers kube-scheduler
 with the API's outcome — the least an extender with the bind verb must do, and the floor for
 joulesched with it (the binding's API write moves from kube-scheduler into the extender). With
 ``--bind-declines`` instead, bind is answered with an ``Error`` at once and nothing is written:
@@ -15,7 +15,7 @@ decoded; filter echoes the ``Nodes`` bytes as kube-scheduler sent them and prior
 names with a regular expression — the least kube-scheduler's own encoding allows, and a floor
 no real extender (which must read the nodes it scores) gets under.
 
-    python bench/const_extender.py PORT [--api URL --ca FILE --cert FILE --key FILE | --bind-declines]
+    python bench/const_extender.py PORT [--api URL --ca FILE (--cert FILE --key FILE | --token FILE) | --bind-declines]
 """
 
 from __future__ import annotations
@@ -37,13 +37,17 @@ NODE_NAME = re.compile(rb'\{"metadata":\{"name":"([^"\\]*)"')
 class ApiServer:
     """POSTs to the API server over kept-alive HTTPS connections, one per request in flight."""
 
-    def __init__(self, url: str, ca: str, cert: str, key: str) -> None:
+    def __init__(self, url: str, ca: str, cert: str | None, key: str | None, token: str | None = None) -> None:
         split = urlsplit(url)
         if split.scheme != "https":
             raise ValueError(f"--api {url!r}: an https:// URL expected")
         self.host, self.port = split.hostname or "127.0.0.1", split.port or 443
         self.context = ssl.create_default_context(cafile=ca)
-        self.context.load_cert_chain(cert, key)
+        if cert and key:
+            self.context.load_cert_chain(cert, key)
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
         self.idle: queue.LifoQueue[http.client.HTTPSConnection] = queue.LifoQueue()
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
@@ -53,7 +57,7 @@ class ApiServer:
             conn, reused = self._connect(), False
         while True:
             try:
-                conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
+                conn.request("POST", path, body, self.headers)
                 resp = conn.getresponse()
                 data = resp.read()
                 break
@@ -179,20 +183,25 @@ def main() -> None:
     global API, DECLINES
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("port", type=int)
-    p.add_argument("--api", help="the API server's URL: serve bind (with --ca, --cert, --key)")
+    p.add_argument("--api", help="the API server's URL: serve bind (with --ca, and --cert and --key or --token)")
     p.add_argument("--ca")
     p.add_argument("--cert")
     p.add_argument("--key")
+    p.add_argument("--token", help="a file holding a bearer token to bind with (a ServiceAccount's)")
     p.add_argument("--bind-declines", action="store_true", help="answer bind with an Error at once, writing nothing")
     args = p.parse_args()
     if args.api and args.bind_declines:
         p.error("--api and --bind-declines: one or the other")
     DECLINES = args.bind_declines
     if args.api:
-        if not (args.ca and args.cert and args.key):
-            p.error("--api needs --ca, --cert and --key")
+        if not (args.ca and bool(args.cert and args.key) != bool(args.token)):
+            p.error("--api needs --ca, and --cert and --key or --token")
         try:
-            API = ApiServer(args.api, args.ca, args.cert, args.key)
+            token = None
+            if args.token:
+                with open(args.token) as f:
+                    token = f.read().strip()
+            API = ApiServer(args.api, args.ca, args.cert, args.key, token)
         except (ValueError, OSError) as err:
             p.error(str(err))
     server = Server(("127.0.0.1", args.port), Handler)

@@ -74,10 +74,19 @@ CPU is taken from kube-apiserver's and kube-scheduler's.
 half the nodes at a clean site, half at a coal-grid one, and (a) two extender replicas
 behind a round-robin TCP proxy (standing in for the Service: each new connection goes to the
 next replica; the dead one stays in the rotation, as it does until its endpoint is removed),
-one SIGKILLed mid-burst; (b) one extender SIGKILLed for 10 s and started again. The share of
-the pods bound while an extender was down that went to the coal-grid site is the figure, with
-the nodes the burst left past their cores; ``--in-tree default`` drops deploy/'s MostAllocated
-for kube-scheduler's default scoring, which decides where a blind pod goes.
+one SIGKILLed mid-burst; (b) one extender SIGKILLed for 10 s and started again; (c,
+``--cases rolling``) deploy/'s rolling update of its two replicas behind the proxy: for each old
+replica a new one starts, turns ready (/readyz) and joins the rotation, then the old one is
+terminated: it gets SIGTERM ``--prestop-seconds`` later (a preStop hook's sleep; 0, deploy/'s, by
+default), and leaves the rotation ``--endpoint-lag-seconds`` after the termination (1 s: the
+endpoint's removal reaching kube-proxy); connections already made through the proxy stay with
+their replica until it closes them, as kube-proxy's do; (d, ``--cases steady``) the same two
+replicas and burst with nothing stopped, the rolling update's baseline. The share of the pods bound
+while an extender was down that went to the coal-grid site is the figure, with the nodes the
+burst left past their cores, and for the rolling update the extender calls kube-scheduler gave
+up on (its "Skipping extender" lines for filter and bind; prioritize's, logged at V(5), through
+``--vmodule=schedule_one=5``); ``--in-tree default`` drops deploy/'s MostAllocated for
+kube-scheduler's default scoring, which decides where a blind pod goes.
 
     JOULESCHED_K8S_BIN_DIR=~/.cache/joulesched/k8s/v1.37.2/bin \\
       PYTHONPATH=. python bench/sched_throughput.py --nodes 100,1000 --rounds 2 \\
@@ -316,9 +325,12 @@ def pin(pid: int, cpus: set[int]) -> None:
 
 
 class ConstExtender(ManagedProcess):
-    def __init__(self, workdir: Path, cp: ControlPlane | None = None, *, declines: bool = False) -> None:
-        """The constant-score extender; with ``cp``, serving bind against its API server too;
-        with ``declines``, answering bind with an Error (kube-scheduler then binds)."""
+    def __init__(
+        self, workdir: Path, cp: ControlPlane | None = None, *, declines: bool = False, identity: Identity | None = None
+    ) -> None:
+        """The constant-score extender; with ``cp``, serving bind against its API server too
+        (as ``identity``, else with the admin certificate); with ``declines``, answering bind
+        with an Error (kube-scheduler then binds)."""
         self.port = free_port()
         argv = [sys.executable, str(ROOT / "bench" / "const_extender.py"), str(self.port)]
         name = "const-extender"
@@ -327,8 +339,12 @@ class ConstExtender(ManagedProcess):
             name = "const-record-extender"
         elif cp is not None:
             assert cp.pki is not None
-            cert, key = cp._admin_cert
-            argv += ["--api", cp.server, "--ca", str(cp.pki.ca_crt), "--cert", str(cert), "--key", str(key)]
+            argv += ["--api", cp.server, "--ca", str(cp.pki.ca_crt)]
+            if identity is not None and identity.token_file is not None:
+                argv += ["--token", str(identity.token_file)]
+            else:
+                cert, key = cp._admin_cert
+                argv += ["--cert", str(cert), "--key", str(key)]
             name = "const-bind-extender"
         super().__init__(name, argv, workdir / f"{name}.log")
         self.url = f"http://127.0.0.1:{self.port}/scheduler"
@@ -352,14 +368,46 @@ def joulesched_extender(
     name: str = "joulesched",
     curve: Callable[[int], list[float]] = lambda i: EFFICIENT_CURVE if i % 2 else INEFFICIENT_CURVE,
     settings: Sequence[str] = (),
+    identity: Identity | None = None,
 ) -> ExtenderProcess:
-    """joulesched's extender with deploy/'s configuration and ``settings`` (``KEY=VALUE``, dotted keys, YAML values)."""
+    """joulesched's extender with deploy/'s configuration and ``settings`` (``KEY=VALUE``, dotted
+    keys, YAML values), reaching the API as ``identity`` (else with the admin certificate)."""
     profiles = {
         "sites": {"clean": {"pue": 1.2, "carbon_intensity": 50}, "coal": {"pue": 1.2, "carbon_intensity": 800}},
         "nodes": [node_profile(n, curve(i), CORES, site=sites(i), utilisation=0.3) for i, n in enumerate(names)],
     }
-    config = apply_settings(deploy_extender_config(cp.kubeconfig), settings)
+    kubeconfig = identity.kubeconfig if identity is not None else cp.kubeconfig
+    config = apply_settings(deploy_extender_config(kubeconfig), settings)
     return ExtenderProcess(workdir, profiles, config, port=port, name=name, timeout=60)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the extenders that write bindings are to the API server."""
+
+    kubeconfig: Path
+    token_file: Path | None  # the bearer token alone, for const-bind; None: a client certificate
+
+
+def extender_identity(cp: ControlPlane, work: Path, how: str) -> Identity:
+    """``admin``: the harness's admin certificate (system:masters, which API Priority and
+    Fairness exempts). ``service-account``: as deploy/ runs the extender, its ServiceAccount's
+    bearer token with deploy/extender/rbac.yaml's ClusterRole; its requests then fall under the
+    ``service-accounts`` flow schema (``workload-low``), and kube-apiserver checks a token it
+    has seen in the last 10 s from its cache instead of verifying a certificate."""
+    assert cp.kubeconfig is not None
+    if how == "admin":
+        return Identity(cp.kubeconfig, None)
+    deploy = ROOT / "deploy"
+    cp.kubectl("apply", "-f", str(deploy / "namespace.yaml"))
+    cp.kubectl("apply", "-n", "joulesched", "-f", str(deploy / "extender" / "serviceaccount.yaml"),
+               "-f", str(deploy / "extender" / "rbac.yaml"))
+    kubeconfig = cp.service_account_kubeconfig("joulesched", "joulesched-extender", duration="24h")
+    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+    token_file = work / "extender.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    return Identity(kubeconfig, token_file)
 
 
 def apply_settings(config: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
@@ -571,7 +619,7 @@ def order(contenders: Sequence[str], rnd: int) -> list[str]:
 def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[Burst]:
     results: list[Burst] = []
     const = ConstExtender(work)
-    const_bind = ConstExtender(work, cp) if "const-bind" in args.contenders else None
+    const_bind = ConstExtender(work, cp, identity=args.identity) if "const-bind" in args.contenders else None
     const_record = ConstExtender(work, declines=True) if "const-record" in args.contenders else None
     if args.extender_cpus:
         for proc in (const, const_bind, const_record):
@@ -585,11 +633,13 @@ def throughput(cp: ControlPlane, work: Path, args: argparse.Namespace) -> list[B
             t0 = time.monotonic()
             make_nodes(cp, names, selector)
             print(f"# {n} nodes created in {time.monotonic() - t0:.0f} s", flush=True)
-            ext = joulesched_extender(work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set)
+            ext = joulesched_extender(
+                work / f"ext-{n}", cp, names, lambda i: "clean", settings=args.set, identity=args.identity
+            )
             keeping = {
                 key: joulesched_extender(
                     work / f"ext-{label}-{n}", cp, names, lambda i: "clean", name=f"joulesched-{label}",
-                    settings=[*args.set, *settings],
+                    settings=[*args.set, *settings], identity=args.identity,
                 )
                 for key, label, settings in sorted({extender_of(c) for c in args.contenders} - {extender_of("names")})
             }
@@ -803,17 +853,23 @@ def outage_case(
     sites = lambda i: site[names[i]]  # noqa: E731
     # One node type: where the extender sends a pod is decided by the site's carbon alone.
     same = lambda i: EFFICIENT_CURVE  # noqa: E731
+    behind_proxy = case in ("replica", "rolling", "steady")
     replicas = [
         joulesched_extender(work / f"r{k}", cp, names, sites, name=f"replica{k}", curve=same)
-        for k in range(2 if case == "replica" else 1)
+        for k in range(2 if behind_proxy else 1)
     ]
-    proxy = RoundRobinProxy([r.port for r in replicas], sticky=args.sticky) if case == "replica" else None
+    proxy = RoundRobinProxy([r.port for r in replicas], sticky=args.sticky) if behind_proxy else None
     url = proxy.url if proxy else replicas[0].url
     name = f"o{uuid.uuid4().hex[:8]}"
     namespace = cp.create_namespace(name)
-    # 2-CPU pods: 32 fit a node, so a backlog placed without the extender spreads over many
-    pods = make_pods(cp, namespace, name, args.outage_pods, selector, cpu="2")
+    # 2-CPU pods: 32 fit a node, so a backlog placed without the extender spreads over many. The
+    # rolling update's pods take 1: its burst must outlast two replicas' start-up and drain, so it
+    # is longer (--outage-pods), and the extender's clean-site nodes still take most of it.
+    pod_cpus = 1 if case in ("rolling", "steady") else 2
+    pods = make_pods(cp, namespace, name, args.outage_pods, selector, cpu=str(pod_cpus))
     extra = ["--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"]
+    if case in ("rolling", "steady"):
+        extra.append("--vmodule=schedule_one=5")  # prioritize's failures are logged at V(5)
     config = scheduler_config(name, [deploy_extender_entry(url, ignorable=args.ignorable == "true")], 50, 100)
     if args.in_tree == "default":
         config["profiles"][0].pop("pluginConfig", None)  # kube-scheduler's LeastAllocated
@@ -824,8 +880,24 @@ def outage_case(
         )
         before = bound(cp, namespace)
         t_kill = time.monotonic()
-        kill(replicas[0])
         restarted_at = None
+        updated_at = 0.0
+        if case == "rolling":
+            assert proxy is not None
+            for k, old in enumerate(list(replicas)):
+                new = joulesched_extender(work / f"new{k}", cp, names, sites, name=f"new{k}", curve=same)
+                proxy.backends.append(new.port)  # ready: its endpoint joins the Service
+                # Terminating: the kubelet runs the preStop hook, then sends SIGTERM; meanwhile the
+                # endpoint leaves the Service, which kube-proxy takes up --endpoint-lag-seconds later.
+                leave = threading.Timer(args.endpoint_lag_seconds, proxy.backends.remove, (old.port,))
+                leave.start()
+                time.sleep(args.prestop_seconds)
+                old.stop(timeout=30)  # terminationGracePeriodSeconds, then SIGKILL
+                leave.join()
+                replicas[k] = new
+            updated_at = time.monotonic() - t_kill
+        elif case != "steady":
+            kill(replicas[0])
         if case == "outage":
             time.sleep(args.outage_seconds)
             during = bound(cp, namespace)
@@ -851,8 +923,10 @@ def outage_case(
     per_node: dict[str, int] = {}
     for node in after.values():
         per_node[node] = per_node.get(node, 0) + 1
-    # measured 30 % (the profiles) plus 2 cores a pod, of 64
-    over = sorted(round(0.3 + k * 2 / CORES, 3) for k in per_node.values() if 0.3 + k * 2 / CORES > 1 + 1e-9)
+    # measured 30 % (the profiles) plus pod_cpus cores a pod, of 64
+    over = sorted(
+        round(0.3 + k * pod_cpus / CORES, 3) for k in per_node.values() if 0.3 + k * pod_cpus / CORES > 1 + 1e-9
+    )
     result: dict[str, Any] = {
         "case": case,
         "in_tree": args.in_tree,
@@ -870,6 +944,15 @@ def outage_case(
     else:
         result["bound_after_kill"] = coal({p: nd for p, nd in after.items() if p not in before})
         result["proxy_refused_connections"] = proxy.refused if proxy else 0
+    if case in ("rolling", "steady"):
+        log = (cp.log_dir / f"scheduler-{name}.log").read_text(errors="replace")
+        result["prestop_seconds"] = args.prestop_seconds
+        result["update_s"] = round(updated_at, 1)
+        result["extender_calls_given_up"] = {
+            "filter": log.count("Skipping extender as it returned error"),
+            "prioritize": log.count("Failed to run extender's priority function"),
+            "bind": log.count("Skipping extender in bind"),
+        }
     return result
 
 
@@ -906,6 +989,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--outage-seconds", type=float, default=10)
     p.add_argument(
+        "--prestop-seconds",
+        type=float,
+        default=0.0,
+        help="--outage rolling case: seconds from a replica's termination to its SIGTERM (a preStop sleep)",
+    )
+    p.add_argument(
+        "--endpoint-lag-seconds",
+        type=float,
+        default=1.0,
+        help="--outage rolling case: seconds from a replica's termination until new connections no longer reach it"
+        " (kube-proxy's --iptables-min-sync-period is 1 s)",
+    )
+    p.add_argument(
         "--ignorable", choices=("true", "false"), default="true", help="--outage: the extender entry's ignorable"
     )
     p.add_argument(
@@ -935,6 +1031,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the extenders on these CPUs (e.g. 1) and etcd, kube-apiserver, kube-scheduler and this"
         " script on the others, as where the extender runs on a node of its own",
     )
+    p.add_argument(
+        "--extender-as",
+        choices=("admin", "service-account"),
+        default="admin",
+        help="whose credentials the extenders bind with: the harness's admin certificate (as every run before"
+        " 2026-12-07), or deploy/'s ServiceAccount token and RBAC, as deploy/ runs the extender",
+    )
     p.add_argument("--out", help="write OUT.json and OUT.txt")
     args = p.parse_args(argv)
     args.control_plane_cpus = None
@@ -952,6 +1055,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.outage:
             p.error("--extender-cpus applies to the throughput runs, not to --outage")
         args.control_plane_cpus = mine - args.extender_cpus
+    if args.extender_as != "admin" and args.outage:
+        p.error("--extender-as applies to the throughput runs, not to --outage")
     if args.set and args.outage:
         p.error("--set applies to the throughput runs, not to --outage")
     for setting in args.set:
@@ -968,6 +1073,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.pct = [None if x == "default" else int(x) for x in args.pct.split(",")]
     args.contenders = [c for c in args.contenders.split(",") if c]
     args.cases = [c for c in args.cases.split(",") if c]
+    if set(args.cases) - {"replica", "outage", "rolling", "steady"}:
+        p.error(f"--cases {','.join(args.cases)}: choose from replica, outage, rolling, steady")
     VARIANTS.clear()
     for variant in args.variant:
         name, _, setting = variant.partition(":")
@@ -1000,6 +1107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     cp.start()
     try:
+        args.identity = extender_identity(cp, work, args.extender_as)
         if args.outage:
             results: list[Any] = outage(cp, work, args)
             lines = [json.dumps(r) for r in results]
