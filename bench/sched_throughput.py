@@ -77,10 +77,11 @@ next replica; the dead one stays in the rotation, as it does until its endpoint 
 one SIGKILLed mid-burst; (b) one extender SIGKILLed for 10 s and started again; (c,
 ``--cases rolling``) deploy/'s rolling update of its two replicas behind the proxy: for each old
 replica a new one starts, turns ready (/readyz) and joins the rotation, then the old one is
-terminated: it gets SIGTERM ``--prestop-seconds`` later (a preStop hook's sleep; 0, deploy/'s, by
-default), and leaves the rotation ``--endpoint-lag-seconds`` after the termination (1 s: the
-endpoint's removal reaching kube-proxy); connections already made through the proxy stay with
-their replica until it closes them, as kube-proxy's do; (d, ``--cases steady``) the same two
+terminated, and the next new one starts at once, as the Deployment controller starts it: the old
+one gets SIGTERM ``--prestop-seconds`` later (deploy/'s preStop sleep, 5 s, by default), and
+leaves the rotation ``--endpoint-lag-seconds`` after its termination began (1 s: the endpoint's
+removal reaching kube-proxy); connections already made through the proxy stay with their
+replica until it closes them, as kube-proxy's do; (d, ``--cases steady``) the same two
 replicas and burst with nothing stopped, the rolling update's baseline. The share of the pods bound
 while an extender was down that went to the coal-grid site is the figure, with the nodes the
 burst left past their cores, and for the rolling update the extender calls kube-scheduler gave
@@ -758,15 +759,19 @@ class RoundRobinProxy:
     No health checks and no retries: a connection to a dead backend is closed at once, which is
     what the client sees of a Service endpoint whose pod has died and not been removed yet.
 
-    ``sticky``: every connection goes to the same backend until one to it is refused, then to
-    the next — deploy/'s Service (``sessionAffinity: ClientIP``: the one kube-scheduler has one
-    client IP) once the dead endpoint has been removed.
+    ``sticky``: every connection goes to the same backend while it is in the rotation and takes
+    connections, then to the next — deploy/'s Service (``sessionAffinity: ClientIP``: the one
+    kube-scheduler has one client IP) once the dead endpoint has been removed.
+
+    ``backends`` is replaced whole (:meth:`add`, :meth:`remove`), never changed in place: the
+    accepting thread reads it without a lock.
     """
 
     def __init__(self, backends: Sequence[int], sticky: bool = False) -> None:
-        self.backends = list(backends)
+        self.backends: tuple[int, ...] = tuple(backends)
         self.sticky = sticky
         self._next = 0
+        self._stuck: int | None = None  # sticky: the backend every connection goes to
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/scheduler"
@@ -779,14 +784,18 @@ class RoundRobinProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            port = self.backends[self._next % len(self.backends)]
-            if not self.sticky:
+            backends = self.backends
+            if self.sticky and self._stuck in backends:
+                port = self._stuck
+            else:
+                port = backends[self._next % len(backends)]
                 self._next += 1
+                self._stuck = port if self.sticky else None
             try:
                 upstream = socket.create_connection(("127.0.0.1", port), timeout=1)
             except OSError:
                 self.refused += 1
-                self._next += self.sticky
+                self._stuck = None
                 client.close()
                 continue
             threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
@@ -808,6 +817,12 @@ class RoundRobinProxy:
         finally:
             a.close()
             b.close()
+
+    def add(self, port: int) -> None:
+        self.backends = (*self.backends, port)
+
+    def remove(self, port: int) -> None:
+        self.backends = tuple(p for p in self.backends if p != port)
 
     def close(self) -> None:
         self.listener.close()
@@ -884,17 +899,21 @@ def outage_case(
         updated_at = 0.0
         if case == "rolling":
             assert proxy is not None
+            ending = []
             for k, old in enumerate(list(replicas)):
                 new = joulesched_extender(work / f"new{k}", cp, names, sites, name=f"new{k}", curve=same)
-                proxy.backends.append(new.port)  # ready: its endpoint joins the Service
+                replicas.append(new)  # stopped with the rest, whatever happens
+                proxy.add(new.port)  # ready: its endpoint joins the Service
                 # Terminating: the kubelet runs the preStop hook, then sends SIGTERM; meanwhile the
-                # endpoint leaves the Service, which kube-proxy takes up --endpoint-lag-seconds later.
-                leave = threading.Timer(args.endpoint_lag_seconds, proxy.backends.remove, (old.port,))
+                # endpoint leaves the Service, which kube-proxy takes up --endpoint-lag-seconds
+                # later. The Deployment controller starts the next new replica at once.
+                leave = threading.Timer(args.endpoint_lag_seconds, proxy.remove, (old.port,))
                 leave.start()
-                time.sleep(args.prestop_seconds)
-                old.stop(timeout=30)  # terminationGracePeriodSeconds, then SIGKILL
-                leave.join()
-                replicas[k] = new
+                stop = threading.Timer(args.prestop_seconds, old.stop, kwargs={"timeout": 30})  # grace period, then SIGKILL
+                stop.start()
+                ending += [leave, stop]
+            for timer in ending:
+                timer.join()
             updated_at = time.monotonic() - t_kill
         elif case != "steady":
             kill(replicas[0])
@@ -985,14 +1004,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--sticky",
         action="store_true",
-        help="--outage replica case: the proxy keeps every connection on one live replica (sessionAffinity: ClientIP)",
+        help="--outage replica, rolling and steady cases: the proxy keeps every connection on one live replica"
+        " (sessionAffinity: ClientIP)",
     )
     p.add_argument("--outage-seconds", type=float, default=10)
     p.add_argument(
         "--prestop-seconds",
         type=float,
-        default=0.0,
-        help="--outage rolling case: seconds from a replica's termination to its SIGTERM (a preStop sleep)",
+        default=5.0,
+        help="--outage rolling case: seconds from a replica's termination to its SIGTERM (deploy/'s preStop sleep: 5)",
     )
     p.add_argument(
         "--endpoint-lag-seconds",
@@ -1075,6 +1095,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.cases = [c for c in args.cases.split(",") if c]
     if set(args.cases) - {"replica", "outage", "rolling", "steady"}:
         p.error(f"--cases {','.join(args.cases)}: choose from replica, outage, rolling, steady")
+    if args.prestop_seconds < 0 or args.endpoint_lag_seconds < 0:
+        p.error("--prestop-seconds and --endpoint-lag-seconds: 0 or more seconds")
     VARIANTS.clear()
     for variant in args.variant:
         name, _, setting = variant.partition(":")

@@ -77,10 +77,12 @@ class Binder:
     # How long a bearer token read from the client is sent before it is asked again. The
     # client's refresh hook sets its whole configuration again on every call (the in-cluster
     # loader's and the kubeconfig's alike), and setting the host reads the proxy settings of
-    # the process's environment: 40 µs of CPU a binding. A ServiceAccount token the kubelet
-    # rotates stays valid until it expires (at least 10 minutes after it was issued; the
-    # kubelet replaces it at 80 % of its lifetime), so sending it a few seconds longer is safe;
-    # a 401 asks the client again at the next binding.
+    # the process's environment, every variable of it (a pod's holds a set for each Service of
+    # its namespace): 40 µs of CPU a binding in a bare environment, 70–90 in the bench's. A
+    # ServiceAccount token the kubelet rotates stays valid until it expires (at least 10
+    # minutes after it was issued; the kubelet replaces it at 80 % of its lifetime), so sending
+    # it a few seconds longer is safe. After a 401 the next binding asks the client again (the
+    # in-cluster loader reads the token file again once a minute).
     TOKEN_SECONDS = 5.0
 
     def __init__(self, kubeconfig: str) -> None:
@@ -692,8 +694,12 @@ class PodBindingWatch(_Watch):
 
 def bound_at(pod: dict[str, Any]) -> float | None:
     """When a bound pod was bound (unix time): its PodScheduled condition's last transition to
-    True, which the API server sets with the binding; a pod created on its node (no such
-    condition) since its creation. None when neither is readable."""
+    True, which the API server sets with the binding; else (a pod created with its node, before
+    its kubelet reports the condition) its creation. None when neither is readable.
+
+    Both are the API server's clock, to the second, where the watch records a binding it sees
+    at the extender's own time: a listed placement may leave the ledger that much early.
+    """
     for condition in (pod.get("status") or {}).get("conditions") or ():
         if isinstance(condition, dict) and condition.get("type") == "PodScheduled" and condition.get("status") == "True":
             at = _timestamp(condition.get("lastTransitionTime"))
