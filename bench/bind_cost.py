@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from cluster import ControlPlane  # noqa: E402
-from sched_throughput import cpu_seconds  # noqa: E402
+from sched_throughput import cpu_seconds, extender_identity  # noqa: E402
 
 from joulesched.extender.kube import Binder, preload  # noqa: E402
 from joulesched.extender.wire import BindingArgs  # noqa: E402
@@ -50,13 +50,8 @@ def main() -> int:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: cp.create_pod(f"p{i}", ns, scheduler_name="none", cpu="10m", memory="1Mi"), range(args.binds)))
         uids = {pod.metadata.name: pod.metadata.uid for pod in cp.core.list_namespaced_pod(ns).items}
-        kubeconfig = cp.kubeconfig
-        if args.identity == "service-account":
-            cp.kubectl("apply", "-f", str(ROOT / "deploy" / "namespace.yaml"))
-            cp.kubectl("apply", "-n", "joulesched", "-f", str(ROOT / "deploy" / "extender" / "serviceaccount.yaml"),
-                       "-f", str(ROOT / "deploy" / "extender" / "rbac.yaml"))
-            kubeconfig = cp.service_account_kubeconfig("joulesched", "joulesched-extender")
-        binder = Binder(str(kubeconfig))
+        assert cp.workdir is not None
+        binder = Binder(str(extender_identity(cp, cp.workdir, args.identity).kubeconfig))
         binder(BindingArgs("p0", ns, uids["p0"], "n1"))  # the client made, the connection opened
         time.sleep(2)  # the pods' creation settled in kube-apiserver and etcd
         c0, w0 = time.process_time(), time.monotonic()
