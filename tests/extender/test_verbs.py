@@ -331,6 +331,31 @@ def test_a_request_abandoned_by_its_client_is_counted_and_a_binds_placement_kept
     assert metrics.failures.labels("unknown", "client_gone")._value.get() == 1
 
 
+def test_a_bind_sent_again_keeps_the_pods_demand_on_its_node(make_app) -> None:  # type: ignore[no-untyped-def]
+    # A bind names only the node: the pod's demand comes from its decision, which the first
+    # bind of the pod consumes. A second bind to the same node (one kube-scheduler gave up on,
+    # served late) must not record the pod again with none (its load off the ledger).
+    app, _ = make_app()
+    ext = app.extensions["joulesched"]["extender"]
+    sent = []
+    ext.binder = lambda b: sent.append((b.pod_uid, ext.predicted.placement(b.pod_uid)))
+    c = app.test_client()
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="a", name="a")))
+    for _ in range(2):
+        assert bind(c, "a", "hungry") == (200, {"Error": ""})
+    placed = ext.predicted.placement("a")
+    assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
+    assert sent == [("a", placed), ("a", placed)]  # each sent, as kube-scheduler asked
+    arrays = ext.source.snapshot().arrays
+    cores, _ = ext.predicted.per_row(arrays.index, arrays.updated, placed.at)
+    assert cores[arrays.index["hungry"]] == 4.0 and cores[arrays.index["efficient"]] == 0.0
+    # A pod scheduled again (its binding failed) and bound to another node moves there.
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="a", name="a")))
+    assert bind(c, "a", "efficient") == (200, {"Error": ""})
+    moved = ext.predicted.placement("a")
+    assert moved is not None and (moved.node, moved.cores) == ("efficient", 4.0)
+
+
 def test_a_bind_after_the_next_pods_request_moves_the_load_to_the_real_node(make_app) -> None:  # type: ignore[no-untyped-def]
     # kube-scheduler binds asynchronously: by the time pod a's bind arrives, pod b has been
     # scored. The bind names only the node; a's demand comes from its top choice, not from b.

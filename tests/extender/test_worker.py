@@ -512,6 +512,44 @@ def test_a_bind_whose_client_hung_up_while_it_waited_for_a_thread_is_not_sent(tm
         api.close()
 
 
+def test_a_bind_queued_for_a_bind_thread_holds_the_next_decision_to_the_api_servers_pace(tmp_path: Path) -> None:
+    # With the one bind thread waiting on the API server for p0's binding, p1's bind queues
+    # for it unrecorded, and the next pod's filter waits for p1's binding to its deadline
+    # (bind.wait_seconds): kube-scheduler sends no more binds while the API server takes none.
+    api = HeldApiServer()
+    kubeconfig = api_kubeconfig(tmp_path, api.listener.getsockname()[1])
+    proc, port = start(tmp_path, {"workers": 1, "threads": 2}, kubeconfig=kubeconfig, bind={"enabled": True, "threads": 1, "wait_seconds": 0.5})
+    try:
+        connect = partial(socket.create_connection, ("127.0.0.1", port), timeout=10)
+        with connect() as decisions, connect() as first, connect() as second:
+            for s in (decisions, first, second):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            decisions.sendall(verb_request("prioritize", "uid-p0"))
+            answer(decisions)
+            first.sendall(bind_request("p0"))  # takes the one bind thread, held by the API server
+            assert api.accepted.wait(10), "p0's binding never reached the API server"
+            decisions.sendall(verb_request("prioritize", "uid-p1"))
+            answer(decisions)
+            second.sendall(bind_request("p1"))  # read, and queued behind p0 for the bind thread
+            time.sleep(0.3)
+            started = time.monotonic()
+            decisions.sendall(verb_request("filter", "uid-p2"))
+            reply = answer(decisions)
+            waited = time.monotonic() - started
+            assert isinstance(reply, dict) and "efficient" in reply["NodeNames"], reply  # type: ignore[operator]
+            assert waited >= 0.45, f"the filter went on after {waited:.2f} s, with p1's bind still queued"
+            assert metric(port, 'joulesched_extender_bind_waits_total{outcome="deadline"}', 0) == 1
+            api.release()
+            for pod, s in (("p0", first), ("p1", second)):
+                got = answer(s)
+                assert isinstance(got, dict) and f"binding default/{pod} to efficient: " in str(got["Error"]), got
+        log = (tmp_path / "extender.log").read_text()
+        assert sorted(set(re.findall(r"bind default/(p\d) to efficient failed", log))) == ["p0", "p1"], log[-3000:]
+    finally:
+        stop(proc)
+        api.close()
+
+
 def metric(port: int, series: str, default: float | None = None) -> float:
     """The value of ``series`` (a name and its labels as exposed) in the extender's /metrics
     (each read is a connection); ``default`` when it is not there."""
