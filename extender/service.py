@@ -304,15 +304,16 @@ class Extender:
         if self.binder is None:
             raise BindDisabled("the bind verb is disabled (bind.enabled: false in the extender config)")
         uid = bargs.pod_uid
-        placed = self.predicted.placement(uid)
-        # A placement a bind recorded already is not recorded again: a bind names no demand,
-        # and the decision's went with the first (a bind served after kube-scheduler gave up on
-        # it and decided the pod again can take the new decision's): a second record, knowing
-        # none, would take the pod's load off the ledger.
-        if placed is None or not placed.confirmed or placed.node != bargs.node:
-            demand = self.unbound.demand(uid)
-            cores, gpus = demand if demand is not None else (0.0, 0.0)
-            self.predicted.record(uid, bargs.node, cores, gpus, self.clock(), confirmed=True)
+        # A bind names no demand: the pod's is its decision's, which the pod's first bind
+        # consumes, else the placement the ledger has for it (a bind served after kube-scheduler
+        # gave up on it and decided the pod again, its decision taken by the other; a pod bound
+        # on another replica's decision, seen by the pod watch). Recorded with none, the pod's
+        # load would leave the ledger.
+        demand = self.unbound.demand(uid)
+        if demand is None and (placed := self.predicted.placement(uid)) is not None:
+            demand = (placed.cores, placed.gpus)
+        cores, gpus = demand if demand is not None else (0.0, 0.0)
+        self.predicted.record(uid, bargs.node, cores, gpus, self.clock(), confirmed=True)
         self.unbound.bound(uid, by_bind_verb=True)
         if not send:
             return {"Error": f"binding {bargs.pod_namespace}/{bargs.pod_name} to {bargs.node}: not sent, the client had gone"}

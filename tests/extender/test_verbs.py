@@ -333,8 +333,9 @@ def test_a_request_abandoned_by_its_client_is_counted_and_a_binds_placement_kept
 
 def test_a_bind_sent_again_keeps_the_pods_demand_on_its_node(make_app) -> None:  # type: ignore[no-untyped-def]
     # A bind names only the node: the pod's demand comes from its decision, which the first
-    # bind of the pod consumes. A second bind to the same node (one kube-scheduler gave up on,
-    # served late) must not record the pod again with none (its load off the ledger).
+    # bind of the pod consumes. A second bind (one kube-scheduler gave up on, served late),
+    # to the same node or another, must not record the pod again with none (its load off the
+    # ledger): it keeps the demand of the placement the ledger has.
     app, _ = make_app()
     ext = app.extensions["joulesched"]["extender"]
     sent = []
@@ -349,11 +350,17 @@ def test_a_bind_sent_again_keeps_the_pods_demand_on_its_node(make_app) -> None: 
     arrays = ext.source.snapshot().arrays
     cores, _ = ext.predicted.per_row(arrays.index, arrays.updated, placed.at)
     assert cores[arrays.index["hungry"]] == 4.0 and cores[arrays.index["efficient"]] == 0.0
-    # A pod scheduled again (its binding failed) and bound to another node moves there.
-    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("4", uid="a", name="a")))
+    # Bound to another node with no decision in between: the pod moves there, with its load.
     assert bind(c, "a", "efficient") == (200, {"Error": ""})
     moved = ext.predicted.placement("a")
-    assert moved is not None and (moved.node, moved.cores) == ("efficient", 4.0)
+    assert moved is not None and (moved.node, moved.cores, moved.confirmed) == ("efficient", 4.0, True)
+    cores, _ = ext.predicted.per_row(arrays.index, arrays.updated, moved.at)
+    assert cores[arrays.index["efficient"]] == 4.0 and cores[arrays.index["hungry"]] == 0.0
+    # Decided again (an 8-core request now, as a resized pod's) and bound: the decision's demand.
+    post(c, "filter", args("names", ["efficient", "hungry"], make_pod("8", uid="a", name="a")))
+    assert bind(c, "a", "hungry") == (200, {"Error": ""})
+    again = ext.predicted.placement("a")
+    assert again is not None and (again.node, again.cores) == ("hungry", 8.0)
 
 
 def test_a_bind_after_the_next_pods_request_moves_the_load_to_the_real_node(make_app) -> None:  # type: ignore[no-untyped-def]
