@@ -64,10 +64,6 @@ class PredictedLoad:
                 return  # a bound pod is where it is; a later guess does not move it
             if old is not None and old.node == node:
                 at = old.at  # the same placement seen again keeps its first time
-            if old is not None and confirmed and not old.confirmed and cores == 0 and gpus == 0:
-                # The bind verb names the node but not the pod's demand, which the top choice
-                # it corrects knew: the load moves to the real node instead of vanishing.
-                cores, gpus = old.cores, old.gpus
             placed = Placement(node, cores, gpus, at, confirmed)
             if placed == old:
                 return  # the watch seeing a binding the bind verb recorded: nothing moves

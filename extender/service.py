@@ -305,10 +305,10 @@ class Extender:
             raise BindDisabled("the bind verb is disabled (bind.enabled: false in the extender config)")
         uid = bargs.pod_uid
         # A bind names no demand: the pod's is its decision's, which the pod's first bind
-        # consumes, else the placement the ledger has for it (a bind served after kube-scheduler
-        # gave up on it and decided the pod again, its decision taken by the other; a pod bound
-        # on another replica's decision, seen by the pod watch). Recorded with none, the pod's
-        # load would leave the ledger.
+        # consumes, else the placement the ledger has for it (the top choice the bind corrects;
+        # a bind served after kube-scheduler gave up on it and decided the pod again, its
+        # decision taken by the other; a pod bound on another replica's decision, seen by the
+        # pod watch). Recorded with none, the pod's load would leave the ledger.
         demand = self.unbound.demand(uid)
         if demand is None and (placed := self.predicted.placement(uid)) is not None:
             demand = (placed.cores, placed.gpus)
