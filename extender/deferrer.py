@@ -52,6 +52,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from joulesched.contracts import names as m
 from joulesched.extender.errors import DeferrerError, ExtenderError
+from joulesched.extender.kube import ListWatch, watch_events
 from joulesched.policy.deferral import (
     DEFAULT_STEP,
     DEFAULT_TOLERANCE,
@@ -592,33 +593,29 @@ class KubeLease:
         )
 
 
-class PodCache:
+class PodCache(ListWatch):
     """The unscheduled pods (``spec.nodeName=``), listed and then watched, in a daemon thread.
 
     A pod that gets bound leaves the field selector and arrives as DELETED. ``changed`` is set
     whenever a gated pod is added, so a new pod is decided without waiting a whole interval.
+    ``error`` names the last failure until a listing succeeds. Lists again, and backs off, as
+    every watch of the extender's does (:class:`ListWatch`).
     """
 
+    name = "pod-watch"
     FIELD_SELECTOR = "spec.nodeName="
+    MAX_BACKOFF_SECONDS = 30.0
 
     def __init__(self, api: Any, namespace: str = "") -> None:
         from kubernetes import client
 
+        super().__init__()
         self.core: Any = client.CoreV1Api(api)
         self.namespace = namespace
         self._pods: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
-        self.synced = threading.Event()
+        self.synced = self.listed
         self.changed = threading.Event()
-        self.error = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
 
     def pods(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -629,47 +626,32 @@ class PodCache:
             return partial(self.core.list_namespaced_pod, self.namespace)
         return cast(Callable[..., Any], self.core.list_pod_for_all_namespaces)
 
-    def _run(self) -> None:
-        from joulesched.extender.kube import WatchExpired, watch_events
-
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                resp = self._list_call()(
-                    field_selector=self.FIELD_SELECTOR, _preload_content=False, _request_timeout=60
-                )
-                doc = json.loads(resp.data)
-                with self._lock:
-                    self._pods = {p["metadata"]["uid"]: p for p in doc.get("items") or []}
-                rv = doc["metadata"]["resourceVersion"]
-                self.synced.set()
+    def _watch_once(self) -> None:
+        resp = self._list_call()(field_selector=self.FIELD_SELECTOR, _preload_content=False, _request_timeout=60)
+        doc = json.loads(resp.data)
+        pods = {p["metadata"]["uid"]: p for p in doc.get("items") or []}
+        rv = doc["metadata"]["resourceVersion"]
+        with self._lock:
+            self._pods = pods
+        self.synced.set()
+        self.changed.set()
+        self.error = ""
+        for kind, obj in watch_events(
+            self._list_call(), field_selector=self.FIELD_SELECTOR, resource_version=rv, allow_watch_bookmarks=True
+        ):
+            if self._stop.is_set():
+                return
+            meta = obj.get("metadata") or {}
+            if kind == "BOOKMARK":
+                continue
+            uid = str(meta.get("uid", ""))
+            with self._lock:
+                if kind == "DELETED":
+                    self._pods.pop(uid, None)
+                else:
+                    self._pods[uid] = obj
+            if kind == "ADDED" and is_gated(obj):
                 self.changed.set()
-                self.error, backoff = "", 1.0
-                while not self._stop.is_set():
-                    for kind, obj in watch_events(
-                        self._list_call(), field_selector=self.FIELD_SELECTOR, resource_version=rv, allow_watch_bookmarks=True
-                    ):
-                        meta = obj.get("metadata") or {}
-                        rv = meta.get("resourceVersion", rv)
-                        if kind == "BOOKMARK":
-                            continue
-                        uid = str(meta.get("uid", ""))
-                        with self._lock:
-                            if kind == "DELETED":
-                                self._pods.pop(uid, None)
-                            else:
-                                self._pods[uid] = obj
-                        if kind == "ADDED" and is_gated(obj):
-                            self.changed.set()
-                        if self._stop.is_set():
-                            return
-            except WatchExpired as err:
-                log.info("pod watch: %s; listing again", err)
-            except Exception as err:  # unreachable, forbidden: keep the last cache, retry with back-off
-                self.error = f"{type(err).__name__}: {err}"[:300]
-                log.warning("pod watch: %s; retrying in %.0f s", self.error, backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
 
 
 # -- health and metrics over HTTP ---------------------------------------------------------------------

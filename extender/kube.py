@@ -491,15 +491,29 @@ def _readable(sock: Any) -> bool:
         return True  # closed under us: the next read says so, without waiting first
 
 
-class _Watch:
-    """A daemon thread that lists and watches, retrying with back-off; never raises."""
+class ListWatch:
+    """A daemon thread that lists and watches, again and again; never raises.
+
+    One run is a listing and the watch from it (``_watch_once``). A run that held for
+    ``HELD_SECONDS`` was working: whatever ended it (the API server's watch timeout, a 410
+    for a resourceVersion too old, a connection cut), the next lists at once and the back-off
+    starts again from its first step. A run that ended sooner, cleanly or not, waits the
+    back-off first, doubling up to ``MAX_BACKOFF_SECONDS``: a watch the API server (or a proxy)
+    ends at once is not listed again in a loop, and a watch cut every few minutes is not left
+    further behind each time. ``error`` names the last failure (not a 410) until a run clears it.
+    """
 
     name = "watch"
+    HELD_SECONDS = 10.0
+    FIRST_BACKOFF_SECONDS = 1.0
+    MAX_BACKOFF_SECONDS = 60.0
 
     def __init__(self) -> None:
         self._stop = threading.Event()
         self.listed = threading.Event()  # the first listing is in: what follows comes by the watch
+        self.error = ""
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self.monotonic: Callable[[], float] = time.monotonic
 
     def start(self) -> None:
         self._thread.start()
@@ -508,21 +522,31 @@ class _Watch:
         self._stop.set()
 
     def _run(self) -> None:
-        backoff = 1.0
+        backoff = self.FIRST_BACKOFF_SECONDS
         while not self._stop.is_set():
+            started = self.monotonic()
+            failure: Exception | None = None
             try:
                 self._watch_once()
-                backoff = 1.0
             except Exception as err:
-                log.warning("%s failed, retrying in %.0f s: %s", self.name, backoff, err)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 60.0)
+                failure = err
+            if self.monotonic() - started >= self.HELD_SECONDS:
+                backoff, wait = self.FIRST_BACKOFF_SECONDS, 0.0
+            else:
+                wait, backoff = backoff, min(backoff * 2, self.MAX_BACKOFF_SECONDS)
+            if isinstance(failure, WatchExpired):
+                log.info("%s: %s; listing again in %.0f s", self.name, failure, wait)
+            elif failure is not None:
+                self.error = f"{type(failure).__name__}: {failure}"[:300]
+                log.warning("%s failed, retrying in %.0f s: %s", self.name, wait, failure)
+            if wait:
+                self._stop.wait(wait)
 
     def _watch_once(self) -> None:
         raise NotImplementedError
 
 
-class NodeServerWatch(_Watch):
+class NodeServerWatch(ListWatch):
     """Keeps ``extender.node_servers`` (node name -> physical server id) from node labels.
 
     RBAC: list and watch nodes. The map is replaced whole on each change, never mutated, so
@@ -573,15 +597,16 @@ class NodeServerWatch(_Watch):
 BOUND_PODS = "spec.nodeName!="  # a field selector: pods assigned to a node
 
 
-class PodBindingWatch(_Watch):
+class PodBindingWatch(ListWatch):
     """Watches pods cluster-wide and records every new binding as predicted load.
 
     The pods already bound when it lists them are recorded at the time they were bound, those
     of the last ``ttl_seconds``: an extender that starts while pods are being placed (a replica
     of a rolling update, a restart mid-burst) counts the placements of the seconds before it as
     load no measurement shows yet; older ones are taken as measured, as the ledger's own
-    placements are once they settle. Deleted pods are forgotten. Failures are logged and
-    retried with back-off; they never reach a request.
+    placements are once they settle. Deleted pods are forgotten, those deleted while the watch
+    was broken off when it lists again. Failures are logged and retried with back-off; they
+    never reach a request.
     """
 
     name = "pod-binding-watch"
@@ -614,8 +639,18 @@ class PodBindingWatch(_Watch):
         )
         listing = orjson.loads(resp.data)
         items = listing.get("items") or []
-        self._bound = {uid for p in items if (uid := (p.get("metadata") or {}).get("uid"))}
+        bound = {uid for p in items if (uid := (p.get("metadata") or {}).get("uid"))}
+        # A listing after the watch broke off: the pods it had seen bound and the listing no
+        # longer has were deleted in the gap, and their load leaves the ledger as a DELETED
+        # would have taken it; those bound in the gap end any decision's wait for them.
+        gone, new = self._bound - bound, bound - self._bound
+        self._bound = bound
+        for uid in gone:
+            self.predicted.forget(uid)
         self.record_listed(items)
+        if self.unbound is not None:
+            for uid in new:  # after the record, as in handle
+                self.unbound.bound(uid, by_bind_verb=False)
         if self.occupancy is not None:
             held = {}
             for pod in items:
@@ -681,12 +716,20 @@ class PodBindingWatch(_Watch):
         if not node or uid in self._bound:
             return
         self._bound.add(uid)
-        try:
-            demand = demand_from_pod(pod)
-        except PolicyError as err:
-            log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
+        placed = self.predicted.placement(uid)
+        if placed is not None and placed.node == node and placed.cores > 0:
+            # Recorded here already (the bind verb, or the top choice): its demand is the
+            # decision's, the owner's observed CPU where known, which the requests would
+            # overwrite. No cores: a bind whose pod was decided on the other replica, its demand
+            # unknown here (a pod's never is zero: demand_from_pod), which the requests fill.
+            self.predicted.record(uid, node, placed.cores, placed.gpus, self.clock(), confirmed=True)
         else:
-            self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), self.clock(), confirmed=True)
+            try:
+                demand = demand_from_pod(pod)
+            except PolicyError as err:
+                log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
+            else:
+                self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), self.clock(), confirmed=True)
         if self.unbound is not None:
             # After the record: a decision waiting on this pod must find it in the ledger.
             self.unbound.bound(uid, by_bind_verb=False)  # bound by another replica or binder

@@ -300,7 +300,9 @@ class FaultProxy:
 class HoldingRelay:
     """A TCP relay on 127.0.0.1 to ``target`` (``https://host:port``, e.g. kube-apiserver) that
     can hold what its clients send: while held, bytes from a client wait in the relay
-    (answers still flow back). TLS passes through untouched; ``server`` is the URL to use."""
+    (answers still flow back). It can also be cut: every connection through it closed, and
+    each new one closed at once, until restored. TLS passes through untouched; ``server`` is
+    the URL to use."""
 
     def __init__(self, target: str):
         host, port = target.split("//", 1)[1].rstrip("/").rsplit(":", 1)
@@ -309,7 +311,11 @@ class HoldingRelay:
         self.server = f"https://127.0.0.1:{self.listener.getsockname()[1]}"
         self.passing = threading.Event()
         self.passing.set()
+        self.open = threading.Event()
+        self.open.set()
         self._sockets: list[socket.socket] = [self.listener]
+        self._lock = threading.Lock()
+        self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="holding-relay").start()
 
     def hold(self) -> None:
@@ -317,6 +323,16 @@ class HoldingRelay:
 
     def release(self) -> None:
         self.passing.set()
+
+    def cut(self) -> None:
+        with self._lock:
+            self.open.clear()
+            connections, self._sockets[1:] = self._sockets[1:], []
+        for s in connections:
+            _shut(s)
+
+    def restore(self) -> None:
+        self.open.set()
 
     def kubeconfig(self, kubeconfig: Path, out: Path) -> Path:
         """``kubeconfig`` with every cluster's server pointed at the relay, written to ``out``."""
@@ -330,10 +346,20 @@ class HoldingRelay:
         while True:
             try:
                 client, _ = self.listener.accept()
-                upstream = socket.create_connection(self.target)
             except OSError:
-                return
-            self._sockets += [client, upstream]
+                return  # closed
+            with self._lock:
+                if self._closed or not self.open.is_set():
+                    client.close()
+                    if self._closed:
+                        return
+                    continue
+                try:
+                    upstream = socket.create_connection(self.target)
+                except OSError:
+                    client.close()
+                    continue
+                self._sockets += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 
@@ -349,11 +375,21 @@ class HoldingRelay:
 
     def close(self) -> None:
         self.passing.set()
-        for s in self._sockets:
-            try:
-                s.close()
-            except OSError:
-                pass
+        with self._lock:
+            self._closed = True
+            sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            _shut(s)  # for the listener, this wakes the thread blocked in accept; close alone does not
+
+
+def _shut(s: socket.socket) -> None:
+    """Shut ``s`` down and close it: the shutdown wakes a thread blocked in recv or accept on it,
+    which close alone does not on Linux."""
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # its peer had gone already
+    s.close()
 
 
 # --------------------------------------------------------------------------

@@ -415,3 +415,53 @@ def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, 
         assert (seen[0][0], seen[-1][0]) == ("ADDED", "DELETED"), seen
     finally:
         watch.stop()
+
+
+def test_the_pod_watch_listing_again_after_a_break_forgets_the_pods_deleted_in_it(
+        control_plane, node_factory, e2e_namespace, tmp_path):
+    # The pod watch reaches the real API through a relay, which is cut: while it is, a pod the
+    # watch had seen bound is deleted and another is bound. Listing again once the relay is
+    # back, the ledger drops the first, as the DELETED it never saw would have, records the
+    # second, and a decision waiting for the second's binding stops waiting.
+    from joulesched.extender.kube import Binder, PodBindingWatch
+    from joulesched.extender.predicted import PredictedLoad, Unbound
+    from joulesched.extender.wire import BindingArgs
+
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    node = f"relisted-{tag}"
+    node_factory(node, cpu="8", memory="8Gi")
+    uids = {}
+    for p, cpu in (("gone", "1500m"), ("new", "250m")):
+        cp.create_pod(f"{p}-{tag}", ns, scheduler_name="nobody", cpu=cpu, memory="64Mi")
+        uids[p] = cp.core.read_namespaced_pod(f"{p}-{tag}", ns).metadata.uid
+    Binder(str(cp.kubeconfig))(BindingArgs(f"gone-{tag}", ns, uids["gone"], node))
+    relay = HoldingRelay(cp.server)
+    predicted = PredictedLoad(ttl_seconds=3600, settle_seconds=3600)
+    unbound = Unbound(wait_seconds=30)
+    watch = PodBindingWatch(str(relay.kubeconfig(cp.kubeconfig, tmp_path / "relayed.kubeconfig")),
+                            predicted, unbound=unbound)
+    watch.start()
+    try:
+        assert watch.listed.wait(30), "the pod watch never listed"
+        placed = predicted.placement(uids["gone"])
+        assert placed is not None and (placed.node, placed.cores) == (node, 1.5)
+        # This scheduler binds through the bind verb, and "new" was answered here: a decision
+        # waits for its binding.
+        unbound.decided("before", 0.1, 0.0)
+        unbound.bound("before", by_bind_verb=True)
+        unbound.decided(uids["new"], 0.25, 0.0)
+        relay.cut()
+        cp.core.delete_namespaced_pod(f"gone-{tag}", ns, grace_period_seconds=0)
+        _wait_until(lambda: f"gone-{tag}" not in placements(cp, ns), 30, what="the pod deleted")
+        Binder(str(cp.kubeconfig))(BindingArgs(f"new-{tag}", ns, uids["new"], node))
+        time.sleep(1.5)  # the watch's first attempts back find the relay cut (its back-off grows)
+        assert predicted.placement(uids["gone"]) is not None  # nothing seen yet
+        relay.restore()
+        waited = unbound.wait_for_others("next")  # until the listing reports "new" bound
+        assert waited < 20, f"waited {waited:.1f} s: the listing did not end the wait"
+        assert predicted.placement(uids["gone"]) is None
+        placed = predicted.placement(uids["new"])
+        assert placed is not None and (placed.node, placed.cores, placed.confirmed) == (node, 0.25, True)
+    finally:
+        watch.stop()
+        relay.close()

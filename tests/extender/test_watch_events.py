@@ -15,7 +15,7 @@ import pytest
 import urllib3
 
 from joulesched.extender.errors import ExtenderError
-from joulesched.extender.kube import WATCH_READ_TIMEOUT_SECONDS, WATCH_SECONDS, WatchExpired, watch_events
+from joulesched.extender.kube import WATCH_READ_TIMEOUT_SECONDS, WATCH_SECONDS, ListWatch, WatchExpired, watch_events
 
 
 class Response:
@@ -150,7 +150,11 @@ class Core:
         return Response(self.watches.pop(0))
 
 
-def test_the_deferrers_pod_cache_lists_again_at_once_on_410_and_backs_off_on_other_errors() -> None:
+def test_the_deferrers_pod_cache_lists_and_backs_off_as_every_watch_does() -> None:
+    # The deferrer's pod cache is a ListWatch: a watch that ends soon after its listing, on a
+    # 410 or an ERROR event, waits the back-off (1 s, then 2 s) before listing again, and an
+    # ERROR other than 410 is named in ``error`` until a listing succeeds. Before, a 410 or a
+    # watch that ended cleanly was listed or watched again at once, in a loop if it kept ending.
     from joulesched.extender.deferrer import PodCache
 
     gone = orjson.dumps({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}) + b"\n"
@@ -161,15 +165,66 @@ def test_the_deferrers_pod_cache_lists_again_at_once_on_410_and_backs_off_on_oth
     started = time.monotonic()
     cache.start()
     try:
+        assert cache.synced.wait(2)
+        time.sleep(0.6)
+        assert core.lists == 1 and cache.error == ""  # the 410: waiting its back-off, not listing
         while "etcd unavailable" not in cache.error and time.monotonic() < started + 5:
             time.sleep(0.01)
-        # 410: listed again at once, not after the first back-off (1 s), and no error kept
-        assert time.monotonic() - started < 0.9 and core.lists == 2
-        assert "etcd unavailable" in cache.error  # any other ERROR: named, and waited on (back-off)
-        time.sleep(0.3)
-        assert core.lists == 2  # still waiting, not listing in a loop
+        assert "etcd unavailable" in cache.error and core.lists == 2
+        assert time.monotonic() - started >= 0.9
+        time.sleep(1.0)
+        assert core.lists == 2  # waiting 2 s now
+        while core.lists < 3 and time.monotonic() < started + 8:
+            time.sleep(0.01)
+        assert core.lists == 3 and cache.error == ""  # listed: the error is cleared
     finally:
         cache.stop()
+
+
+class ScriptedWatch(ListWatch):
+    """A list-and-watch whose runs last and end as scripted, on a clock that only they and the
+    back-off's waits move."""
+
+    def __init__(self, runs: list[tuple[float, Exception | None]]) -> None:
+        super().__init__()
+        self.runs = runs  # (seconds the run lasts, what ends it: None for a clean end)
+        self.now = 0.0
+        self.monotonic = lambda: self.now
+        self.starts: list[float] = []
+        watch = self
+
+        class Stop:
+            def is_set(self) -> bool:
+                return not watch.runs
+
+            def wait(self, seconds: float) -> bool:
+                watch.now += seconds
+                return False
+
+        self._stop = Stop()  # type: ignore[assignment]
+
+    def _watch_once(self) -> None:
+        lasts, ends = self.runs.pop(0)
+        self.starts.append(self.now)
+        self.now += lasts
+        if ends is not None:
+            raise ends
+
+
+def test_a_watch_that_held_lists_again_at_once_and_one_that_ended_soon_waits_the_back_off() -> None:
+    gone = WatchExpired("watch: the API answered 410 Expired: too old resource version")
+    cut = ConnectionResetError("connection reset by peer")
+    watch = ScriptedWatch([
+        (0.0, cut), (0.0, cut), (0.0, None),  # failing, or ended at once: 1, 2, 4 s apart
+        (300.0, None),  # then held to the API server's watch timeout: listed again at once
+        (40.0, gone),  # a 410 after a watch that held: at once, as a connection cut would be
+        (0.0, gone),  # one that came at once waits the back-off, from its first step again
+        (700.0, cut),
+        *[(0.0, cut)] * 8,  # doubling to 60 s, no further
+    ])
+    watch._run()
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(watch.starts)]
+    assert gaps == [1, 2, 4, 300, 40, 1, 700, 1, 2, 4, 8, 16, 32, 60], gaps
 
 
 def _watch_server(script: list[tuple[float, list[bytes]]]) -> tuple[int, list[float]]:
