@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,27 @@ class Placement:
     gpus: float
     at: float
     confirmed: bool  # bound (watch or bind verb) rather than only our top choice
+
+
+class RowLoad(NamedTuple):
+    """The ledger per profile row: predicted cores and GPUs, and the placements they sum."""
+
+    cores: np.ndarray
+    gpus: np.ndarray
+    pods: np.ndarray  # int64
+
+    def without(self, row: int, own: Placement) -> RowLoad:
+        """This load less one placement counted on ``row`` (a pod asked about again is not its
+        own load): new arrays. A row left with no placement reads exactly 0, not what float
+        subtraction leaves of an incremental sum (1e-17 cores reads as an occupied node)."""
+        cores, gpus, pods = self.cores.copy(), self.gpus.copy(), self.pods.copy()
+        pods[row] -= 1
+        if pods[row] <= 0:
+            pods[row], cores[row], gpus[row] = 0, 0.0, 0.0
+        else:
+            cores[row] = max(cores[row] - own.cores, 0.0)
+            gpus[row] = max(gpus[row] - own.gpus, 0.0)
+        return RowLoad(cores, gpus, pods)
 
 
 class PredictedLoad:
@@ -72,6 +94,7 @@ class PredictedLoad:
             self._adjust(old, placed)
             if len(self._pods) > self.max_pods:
                 self._evict_oldest()
+            self._compact()
 
     def placement(self, uid: str) -> Placement | None:
         return self._pods.get(uid)
@@ -81,6 +104,7 @@ class PredictedLoad:
             old = self._pods.pop(uid, None)
             if old is not None:
                 self._adjust(old, None)
+                self._compact()
 
     def _adjust(self, old: Placement | None, new: Placement | None) -> None:
         """Carry one placement's change into the cached arrays (under the lock)."""
@@ -108,8 +132,9 @@ class PredictedLoad:
                     gpus[row] += g
             self._cached = (index, updated, cores, gpus, counts)
 
-    def per_row(self, index: Mapping[str, int], updated: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted (cores, gpus) per profile row; expires what measurements now show.
+    def per_row(self, index: Mapping[str, int], updated: np.ndarray, now: float) -> RowLoad:
+        """Predicted load per profile row; expires what measurements now show. Every placement
+        left in the ledger on a node of ``index`` is counted in it.
 
         The arrays are shared between calls until something changes: callers must not write.
         """
@@ -119,7 +144,7 @@ class PredictedLoad:
                 self._expire_old(now)
                 cached = self._cached
                 if cached is not None:
-                    return cached[2], cached[3]
+                    return RowLoad(cached[2], cached[3], cached[4])
             # New profiles (a measurement may now show a placement) or a new index: one pass.
             cores = np.zeros(len(updated))
             gpus = np.zeros(len(updated))
@@ -127,7 +152,8 @@ class PredictedLoad:
             expired = []
             for uid, p in self._pods.items():
                 row = index.get(p.node)
-                measured_after = row is not None and not np.isnan(updated[row]) and updated[row] >= p.at + self.settle
+                # A measurement stamped ahead of now (a clock ahead of ours) shows nothing yet.
+                measured_after = row is not None and p.at + self.settle <= updated[row] <= now
                 if now - p.at > self.ttl or measured_after:
                     expired.append(uid)
                 elif row is not None:
@@ -139,7 +165,17 @@ class PredictedLoad:
             self._by_age = [(p.at, uid) for uid, p in self._pods.items()]
             heapq.heapify(self._by_age)
             self._cached = (index, updated, cores, gpus, counts)
-            return cores, gpus
+            return RowLoad(cores, gpus, counts)
+
+    def _compact(self) -> None:
+        """Drop the entries of placements that moved or went from ``_by_age`` once they are
+        most of it (under the lock). Only the TTL and eviction pop entries, and only per_row
+        expires by the TTL: a replica that makes no decisions (a standby) but watches pods
+        kept an entry for every pod ever bound. Rebuilt past twice the live placements, the
+        heap stays within that, at amortised constant cost per record."""
+        if len(self._by_age) > 2 * len(self._pods) + 1024:
+            self._by_age = [(p.at, uid) for uid, p in self._pods.items()]
+            heapq.heapify(self._by_age)
 
     def _evict_oldest(self) -> None:
         """Forget the oldest placement (the ledger is full): the first live entry of ``_by_age``.

@@ -21,7 +21,7 @@ import numpy as np
 from joulesched.extender import wire
 from joulesched.extender.errors import BindDisabled, LeftToScheduler
 from joulesched.extender.logsafe import escape
-from joulesched.extender.predicted import Occupancy, Placement, PredictedLoad, Unbound
+from joulesched.extender.predicted import Occupancy, Placement, PredictedLoad, RowLoad, Unbound
 from joulesched.extender.profiles import ProfileSource, Snapshot
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import PodDemand, demand_from_pod, owner_of
@@ -110,15 +110,15 @@ class Extender:
         arrays = snap.arrays
         index = self._index(snap, args)
         now = self.clock()
-        pred_cores, pred_gpus = self.predicted.per_row(index, arrays.updated, now)
+        load = self.predicted.per_row(index, arrays.updated, now)
         own = self.predicted.placement(wire.pod_identity(args.pod)[2])
         held = self.occupancy.per_row(arrays.index, len(arrays)) if self.occupancy is not None else None
         # Everything the evaluation reads but the pod, the nodes and the time: each is replaced,
         # never written in place, when it changes.
-        inputs = (snap, index, pred_cores, pred_gpus, own, held)
+        inputs = (snap, index, *load, own, held)
         decision = self._same_cycle(args, inputs, now)
         if decision is None:
-            decision = self._evaluate(args, snap, index, pred_cores, pred_gpus, own, held, now)
+            decision = self._evaluate(args, snap, index, load, own, held, now)
             self._cycle = (inputs, decision)
         self.last = decision
         return decision
@@ -128,8 +128,7 @@ class Extender:
         args: wire.ExtenderArgs,
         snap: Snapshot,
         index: Mapping[str, int],
-        pred_cores: np.ndarray,
-        pred_gpus: np.ndarray,
+        load: RowLoad,
         own: Placement | None,
         held: np.ndarray | None,
         now: float,
@@ -143,11 +142,9 @@ class Extender:
         rows = np.fromiter(map(index.get, args.node_names, repeat(-1)), dtype=np.intp, count=len(args.node_names))
         if own is not None and own.node in index:
             # A pod asked about again (a retry, or explain after prioritize) is not its own load.
-            pred_cores, pred_gpus = pred_cores.copy(), pred_gpus.copy()
-            pred_cores[index[own.node]] -= own.cores
-            pred_gpus[index[own.node]] -= own.gpus
-        held_until = self._held_until(held, pred_cores, pred_gpus) if idle_power_avoidable(snap.arrays, self.policy) else None
-        evaluation = evaluate(snap.arrays, rows, demand, self.policy, now, pred_cores, pred_gpus, held_until)
+            load = load.without(index[own.node], own)
+        held_until = self._held_until(held, load) if idle_power_avoidable(snap.arrays, self.policy) else None
+        evaluation = evaluate(snap.arrays, rows, demand, self.policy, now, load.cores, load.gpus, held_until)
         # Kept until the next request (as ``last``): without the full Node objects, which would
         # double the memory of the next Nodes-mode request (its objects and these, at once).
         return Decision(wire.ExtenderArgs(args.pod, args.node_names, None), demand, snap, rows, evaluation, now)
@@ -195,7 +192,7 @@ class Extender:
             return None
         return replace(d, args=wire.ExtenderArgs(args.pod, args.node_names, None), rows=d.rows[keep], evaluation=passed)
 
-    def _held_until(self, held: np.ndarray | None, pred_cores: np.ndarray, pred_gpus: np.ndarray) -> np.ndarray | None:
+    def _held_until(self, held: np.ndarray | None, load: RowLoad) -> np.ndarray | None:
         """Per profile row, until when the node's pods keep it powered (None: the profiles' own).
 
         From the pod watch's occupancy (``held``) when it runs; a node with predicted pods
@@ -203,7 +200,7 @@ class Extender:
         """
         if held is None:
             return None
-        placed = (pred_cores > 0) | (pred_gpus > 0)
+        placed = load.pods > 0
         if placed.any():
             held = np.where(placed, np.inf, held)
         return held

@@ -297,8 +297,13 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 conn.buf += chunk
                 self.buffered += len(chunk)
                 if self.buffered + self.inflight > self.budget:
-                    self._reject(conn, 503, "busy", "the extender is reading too many large requests at once; retry")
-                    return True
+                    # Over the budget: the connection holding the most unread bytes goes, this
+                    # one on a tie. Refusing whichever crossed the line let two clients that
+                    # stall with large bodies refuse every small request (kube-scheduler's).
+                    largest = max(self.reading, key=lambda c: (len(c.buf), c is conn))
+                    self._reject(largest, 503, "busy", "the extender is reading too many large requests at once; retry")
+                    if largest is conn:
+                        return True
                 if len(chunk) < RECV_BYTES and not isinstance(s, ssl.SSLSocket):
                     break
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
@@ -738,5 +743,8 @@ def _body_length(head: bytes) -> tuple[int | None, tuple[int, str, str] | None]:
             if seen or not value.isdigit():
                 return None, None
             seen = True
+            # The number gunicorn's parser reads from the same digits: leading zeros count for
+            # nothing there, so not here either (a body read by a pool thread holds it).
+            value = value.lstrip(b"0") or b"0"
             length = int(value) if len(value) <= 18 else 10**18  # int() refuses 4,300 digits and more
     return length, None

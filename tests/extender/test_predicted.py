@@ -13,19 +13,20 @@ from joulesched.extender.predicted import PredictedLoad, Unbound
 NODES = ["a", "b", "c", "d"]
 
 
-def from_scratch(ledger: PredictedLoad, index: dict[str, int], updated: np.ndarray, now: float) -> tuple[list, list]:
-    cores, gpus = [0.0] * len(updated), [0.0] * len(updated)
+def from_scratch(ledger: PredictedLoad, index: dict[str, int], updated: np.ndarray, now: float) -> tuple[list, list, list]:
+    cores, gpus, pods = [0.0] * len(updated), [0.0] * len(updated), [0] * len(updated)
     for p in ledger._pods.values():
         row = index.get(p.node)
         if (
             row is None
             or now - p.at > ledger.ttl
-            or (not np.isnan(updated[row]) and updated[row] >= p.at + ledger.settle)
+            or (not np.isnan(updated[row]) and p.at + ledger.settle <= updated[row] <= now)
         ):
             continue
         cores[row] += p.cores
         gpus[row] += p.gpus
-    return cores, gpus
+        pods[row] += 1
+    return cores, gpus, pods
 
 
 def test_incremental_arrays_match_a_full_pass_through_records_moves_forgets_and_expiry() -> None:
@@ -46,8 +47,9 @@ def test_incremental_arrays_match_a_full_pass_through_records_moves_forgets_and_
             now += rng.random() * 3
         else:  # new measurements: a new array, as a profile reload makes
             updated = np.array([now - rng.random() * 20, np.nan, now - 50])
-        cores, gpus = ledger.per_row(index, updated, now)
-        want_cores, want_gpus = from_scratch(ledger, index, updated, now)
+        cores, gpus, pods = ledger.per_row(index, updated, now)
+        want_cores, want_gpus, want_pods = from_scratch(ledger, index, updated, now)
+        assert pods.tolist() == want_pods, step
         assert np.allclose(cores, want_cores, atol=1e-9), step
         assert np.allclose(gpus, want_gpus, atol=1e-9), step
         # a row with nothing on it is exactly empty, never a float residue
@@ -66,7 +68,7 @@ def test_a_row_is_exactly_empty_once_its_placements_leave() -> None:
     assert ledger.per_row(index, updated, 1.0)[0][0] == 0.1 + 0.2
     ledger.forget("x")
     ledger.forget("y")
-    cores, _ = ledger.per_row(index, updated, 2.0)
+    cores, _, _ = ledger.per_row(index, updated, 2.0)
     assert cores[0] == 0.0 and not cores[0] > 0
     ledger.record("z", "a", 1.0, 0, 2.0, confirmed=False)
     assert ledger.per_row(index, updated, 303.0)[0][0] == 0.0  # past the TTL
@@ -115,7 +117,7 @@ def test_a_full_ledger_forgets_its_oldest_placement_and_its_arrays_follow() -> N
                 gone = set(times) - set(ledger._pods)
                 assert len(gone) == 1, step
                 assert times[gone.pop()] == min(times.values()), step
-        cores, _ = ledger.per_row(index, updated, now)
+        cores, _, _ = ledger.per_row(index, updated, now)
         assert np.allclose(cores, from_scratch(ledger, index, updated, now)[0]), step
 
 
@@ -304,3 +306,65 @@ def test_the_pod_watch_records_the_listed_pods_bound_within_the_ttl_at_their_bin
     watch.record_listed(items)
     assert predicted.placement("recent") == placed["recent"]
     assert predicted.placement("ahead") == placed["ahead"]
+
+
+def test_the_pod_watch_keeps_the_demand_of_the_placement_recorded_for_the_node_it_sees_bound() -> None:
+    # The bind verb recorded each pod with its decision's demand (the owner's observed CPU,
+    # here a quarter core where the pod requests 4). The watch, seeing the pod bound to that
+    # node, confirms the placement without overwriting that demand with the requests. A pod
+    # recorded without cores (its decision made on the other replica) takes its requests, and
+    # so does one bound to another node than the one recorded.
+    from joulesched.extender.kube import PodBindingWatch
+
+    predicted = PredictedLoad(300, 30)
+    watch = PodBindingWatch("", predicted, clock=lambda: 1000.0)
+
+    def pod(uid: str, node: str) -> dict:
+        return {
+            "metadata": {"uid": uid, "name": uid, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "4"}}}]},
+        }
+
+    predicted.record("observed", "n1", 0.25, 0.0, 990.0, confirmed=False)
+    predicted.record("other-replica", "n1", 0.0, 0.0, 990.0, confirmed=False)
+    predicted.record("moved", "n1", 0.25, 0.0, 990.0, confirmed=False)
+    for uid, node in (("observed", "n1"), ("other-replica", "n1"), ("moved", "n2")):
+        watch.handle("ADDED", pod(uid, node))
+    placed = {uid: predicted.placement(uid) for uid in ("observed", "other-replica", "moved")}
+    assert {uid: (p.node, p.cores, p.confirmed) for uid, p in placed.items() if p is not None} == {
+        "observed": ("n1", 0.25, True),
+        "other-replica": ("n1", 4.0, True),
+        "moved": ("n2", 4.0, True),
+    }
+
+
+def test_the_age_heap_stays_within_twice_the_live_placements_without_decisions() -> None:
+    # A standby replica only watches pods: nothing calls per_row, whose pass over the ledger
+    # rebuilds the heap the TTL expires from. Short-lived pods, each bound and deleted, must
+    # not leave an entry each behind; the oldest placement stays the one eviction finds.
+    ledger = PredictedLoad(ttl_seconds=120, settle_seconds=30, max_pods=1000)
+    for i in range(20_000):
+        ledger.record(f"short-{i}", "n1", 1.0, 0.0, float(i), confirmed=True)
+        ledger.record(f"short-{i}", "n2", 1.0, 0.0, i + 0.5, confirmed=True)  # moved once
+        ledger.forget(f"short-{i}")
+    for i in range(1000):
+        ledger.record(f"long-{i}", "n1", 1.0, 0.0, 20_000.0 + i, confirmed=True)
+    assert len(ledger) == 1000
+    assert len(ledger._by_age) <= 2 * 1000 + 1024 + 1
+    ledger.record("one-more", "n1", 1.0, 0.0, 30_000.0, confirmed=True)  # the ledger is full
+    assert len(ledger) == 1000 and ledger.placement("long-0") is None and ledger.placement("long-1") is not None
+
+
+def test_a_measurement_stamped_ahead_of_now_does_not_expire_placements() -> None:
+    # The node's last measurement carries a time a minute ahead of the extender's clock (the
+    # two clocks disagree): it cannot show a pod placed now, which stays predicted on its node.
+    index = {"a": 0}
+    ledger = PredictedLoad(ttl_seconds=300, settle_seconds=30)
+    updated = np.array([1060.0])
+    ledger.per_row(index, updated, 1000.0)
+    ledger.record("x", "a", 2.0, 0.0, 1000.0, confirmed=True)
+    assert ledger.per_row(index, updated, 1001.0).cores.tolist() == [2.0]
+    assert ledger.placement("x") is not None
+    # Once the clock has passed it, it is a measurement like any other.
+    assert ledger.per_row(index, np.array([1060.0]), 1061.0).cores.tolist() == [0.0]
+    assert ledger.placement("x") is None

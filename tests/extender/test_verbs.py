@@ -348,13 +348,13 @@ def test_a_bind_sent_again_keeps_the_pods_demand_on_its_node(make_app) -> None: 
     assert placed is not None and (placed.node, placed.cores, placed.confirmed) == ("hungry", 4.0, True)
     assert sent == [("a", placed), ("a", placed)]  # each sent, as kube-scheduler asked
     arrays = ext.source.snapshot().arrays
-    cores, _ = ext.predicted.per_row(arrays.index, arrays.updated, placed.at)
+    cores, _, _ = ext.predicted.per_row(arrays.index, arrays.updated, placed.at)
     assert cores[arrays.index["hungry"]] == 4.0 and cores[arrays.index["efficient"]] == 0.0
     # Bound to another node with no decision in between: the pod moves there, with its load.
     assert bind(c, "a", "efficient") == (200, {"Error": ""})
     moved = ext.predicted.placement("a")
     assert moved is not None and (moved.node, moved.cores, moved.confirmed) == ("efficient", 4.0, True)
-    cores, _ = ext.predicted.per_row(arrays.index, arrays.updated, moved.at)
+    cores, _, _ = ext.predicted.per_row(arrays.index, arrays.updated, moved.at)
     assert cores[arrays.index["efficient"]] == 4.0 and cores[arrays.index["hungry"]] == 0.0
     # Decided again (an 8-core request now, as a resized pod's) and bound: the decision's demand.
     post(c, "filter", args("names", ["efficient", "hungry"], make_pod("8", uid="a", name="a")))

@@ -93,6 +93,37 @@ def test_idle_slow_and_lying_clients_do_not_hold_the_only_thread(one_thread: int
             s.close()
 
 
+def test_a_body_length_written_with_leading_zeros_is_read_by_the_event_loop_too(one_thread: int) -> None:
+    # Gunicorn's parser reads "0000000000000000000100" as 100. Taken for an oversize length, the
+    # body went to the only thread unread, which then waited on it byte by byte, each within
+    # the read timeout: a client trickling it held the thread for as long as it liked.
+    port = one_thread
+    trickler = socket.create_connection(("127.0.0.1", port))
+    trickler.sendall(b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: 0000000000000000000100\r\n\r\n{")
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.5):  # well within the 1.5 s read timeout
+            try:
+                trickler.sendall(b" ")
+            except OSError:
+                return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
+    try:
+        time.sleep(0.3)
+        for _ in range(3):
+            assert prioritize(conn) == 200
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        thread.join()
+        conn.close()
+        trickler.close()
+
+
 def test_a_body_that_never_arrives_gets_a_counted_json_408_and_the_connection_closed(one_thread: int) -> None:
     started = time.monotonic()
     reply = raw(one_thread, b'POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{"Pod"')
@@ -706,6 +737,9 @@ def test_body_length_rules() -> None:
     assert _body_length(b"POST / HTTP/1.1\r\ncontent-length: 1\r\nContent-Length: 1\r\n\r\n") == (None, None)
     assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n") == (None, None)
     assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n")[0] == 10**18
+    # Leading zeros: the number gunicorn's parser reads too (int("000...0100") is 100), however long.
+    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + b"0" * 5000 + b"100\r\n\r\n") == (100, None)
+    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: 0000\r\n\r\n") == (0, None)
     assert _body_length(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[1][0] == 411  # type: ignore[index]
 
 
@@ -734,6 +768,35 @@ def test_bodies_past_two_max_request_bytes_at_once_get_503(tmp_path: Path) -> No
         assert got.startswith(b"HTTP/1.1 200 ")
         first.close()
     finally:
+        stop(proc)
+
+
+def test_past_the_budget_the_connection_holding_the_most_goes_not_the_one_that_crossed(tmp_path: Path) -> None:
+    # Two clients send most of a max_request_bytes body each and stall: the worker holds
+    # nearly 2 x max_request_bytes for them. A small prioritize (kube-scheduler's) takes the
+    # worker past its budget; the stalled client holding the most is refused, not it.
+    proc, port = start(tmp_path, {"workers": 1, "threads": 1, "request_timeout_seconds": 10}, max_request_bytes=1024)
+    head = b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n"
+    stalled = []
+    try:
+        for sent in (860, 880):  # 1,880 bytes with their heads, of 2,048
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(head + b" " * sent)
+            stalled.append(s)
+        time.sleep(0.3)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        assert prioritize(conn) == 200
+        conn.close()
+        reply = b""
+        while chunk := stalled[1].recv(65536):
+            reply += chunk
+        assert reply.startswith(b"HTTP/1.1 503 ") and "retry" in orjson.loads(reply.partition(b"\r\n\r\n")[2])["Error"]
+        stalled[0].settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            stalled[0].recv(1)  # still being read
+    finally:
+        for s in stalled:
+            s.close()
         stop(proc)
 
 
