@@ -77,12 +77,26 @@ NEXT_REQUEST_SECONDS = 0.05
 RECV_BYTES = 262144  # one read from a socket
 HANDED_ON = object()  # _serve_verb's answer when the connection's next request went to the other pool
 _REASONS = {
+    400: "Bad Request",
     403: "Forbidden",
     408: "Request Timeout",
     411: "Length Required",
+    414: "URI Too Long",
+    417: "Expectation Failed",
     431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
     503: "Service Unavailable",
 }
+
+# gunicorn's parser errors that are not 400, as gunicorn answers them (Worker.handle_error).
+_PARSE_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (http.errors.LimitRequestLine, 414),
+    (http.errors.LimitRequestHeaders, 431),
+    (http.errors.ExpectationFailed, 417),
+    (http.errors.UnsupportedTransferCoding, 501),
+    (http.errors.ForbiddenProxyRequest, 403),
+)
 
 
 class FrontBody:
@@ -397,15 +411,36 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
 
     def _reject(self, conn: FrontConn, status: int, reason: str, message: str) -> None:
         self._stop_reading(conn)
+        try:
+            conn.sock.send(self._error_reply(status, reason, message))  # best effort: never wait on this client
+        except (OSError, ssl.SSLError):
+            pass
+        self._linger(conn)
+
+    def _error_reply(self, status: int, reason: str, message: str) -> bytes:
+        """A counted JSON error reply (``verb="http"``) that closes the connection."""
         body = orjson.dumps({"Error": message})
         if self.endpoint is not None:
             _, body = self.endpoint.fail("http", status, reason, message)
         head = f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        return head.encode() + body
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """A request gunicorn's parser refuses gets gunicorn's status, as JSON like every other
+        answer (gunicorn writes an HTML page), counted as ``reason="malformed"``; anything else
+        is a bug here, logged with its trace and answered 500."""
+        response_header = (http.errors.InvalidResponseHeader, http.errors.InvalidResponseHeaderName)
+        if isinstance(exc, http.errors.ParseException) and not isinstance(exc, (*response_header, http.errors.ConfigurationProblem)):
+            status = next((code for kind, code in _PARSE_STATUS if isinstance(exc, kind)), 400)
+            self.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
+            reply = self._error_reply(status, "malformed", f"malformed request: {exc}")
+        else:
+            self.log.exception("Error handling request")
+            reply = self._error_reply(500, "internal", "internal error in the extender's HTTP worker (logged)")
         try:
-            conn.sock.send(head.encode() + body)  # best effort: never wait on this client
-        except (OSError, ssl.SSLError):
-            pass
-        self._linger(conn)
+            util.write_nonblock(client, reply)
+        except Exception:
+            self.log.debug("Failed to send error message.")
 
     def _drop(self, conn: FrontConn) -> None:
         self._stop_reading(conn)

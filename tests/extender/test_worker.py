@@ -151,6 +151,33 @@ def test_chunked_bodies_get_411_and_a_long_head_431(one_thread: int) -> None:
     assert reply.startswith(b"HTTP/1.1 431 ")
 
 
+@pytest.mark.parametrize(
+    ("data", "status", "names"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "GARBAGE"),
+        (b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: ten\r\n\r\n", 400, "CONTENT-LENGTH"),
+        (b"GET /metrics HTTP/1.1\r\nBad Name: x\r\n\r\n", 400, "Bad Name"),
+        (b"POST /scheduler/filter HTTP/9.9\r\n\r\n", 400, "(9, 9)"),
+        (b"POST /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414, "too large"),
+    ],
+    ids=["request line", "Content-Length", "header name", "HTTP version", "request line too long"],
+)
+def test_a_request_gunicorns_parser_refuses_gets_its_status_as_counted_json(
+    one_thread: int, data: bytes, status: int, names: str
+) -> None:
+    reply = raw(one_thread, data)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status) and b"Connection: close" in head, reply[:300]
+    assert b"Content-Type: application/json" in head
+    message = orjson.loads(body)["Error"]
+    assert message.startswith("malformed request: ") and names in message, message
+    conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    assert re.search(r'joulesched_extender_failures_total\{reason="malformed",verb="http"\} 1\.0', text), text
+
+
 def test_an_oversize_body_is_refused_unread_with_connection_close(one_thread: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", one_thread, timeout=5)
     conn.putrequest("POST", "/scheduler/filter")
