@@ -500,7 +500,8 @@ class ListWatch:
     starts again from its first step. A run that ended sooner, cleanly or not, waits the
     back-off first, doubling up to ``MAX_BACKOFF_SECONDS``: a watch the API server (or a proxy)
     ends at once is not listed again in a loop, and a watch cut every few minutes is not left
-    further behind each time. ``error`` names the last failure (not a 410) until a run clears it.
+    further behind each time. ``error`` names the last failure (not a 410); a subclass that
+    reports it clears it once a listing succeeds (the deferrer's PodCache).
     """
 
     name = "watch"
@@ -688,14 +689,28 @@ class PodBindingWatch(ListWatch):
                 continue
             if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
-            try:
-                demand = demand_from_pod(pod)
-            except PolicyError as err:
-                log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
-                continue
-            self.predicted.record(
-                meta.get("uid") or "", node, demand.cpu_cores, float(demand.gpus), min(at, now), confirmed=True
-            )
+            self._record_bound(meta.get("uid") or "", node, pod, min(at, now))
+
+    def _record_bound(self, uid: str, node: str, pod: dict[str, Any], at: float) -> None:
+        """Record pod ``uid`` bound to ``node``, seen by the watch or its listing.
+
+        A placement on that node recorded here already (the bind verb, or the top choice) keeps
+        its demand: the decision's, the owner's observed CPU where known, which the requests
+        would overwrite. One with no cores (a bind whose pod was decided on the other replica,
+        its demand unknown here; a pod's never is zero: demand_from_pod) takes the requests,
+        as does a pod the ledger does not have there.
+        """
+        placed = self.predicted.placement(uid)
+        if placed is not None and placed.node == node and placed.cores > 0:
+            self.predicted.record(uid, node, placed.cores, placed.gpus, at, confirmed=True)
+            return
+        try:
+            demand = demand_from_pod(pod)
+        except PolicyError as err:
+            meta = pod.get("metadata") or {}
+            log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
+            return
+        self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), at, confirmed=True)
 
     def handle(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -716,20 +731,7 @@ class PodBindingWatch(ListWatch):
         if not node or uid in self._bound:
             return
         self._bound.add(uid)
-        placed = self.predicted.placement(uid)
-        if placed is not None and placed.node == node and placed.cores > 0:
-            # Recorded here already (the bind verb, or the top choice): its demand is the
-            # decision's, the owner's observed CPU where known, which the requests would
-            # overwrite. No cores: a bind whose pod was decided on the other replica, its demand
-            # unknown here (a pod's never is zero: demand_from_pod), which the requests fill.
-            self.predicted.record(uid, node, placed.cores, placed.gpus, self.clock(), confirmed=True)
-        else:
-            try:
-                demand = demand_from_pod(pod)
-            except PolicyError as err:
-                log.info("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), err)
-            else:
-                self.predicted.record(uid, node, demand.cpu_cores, float(demand.gpus), self.clock(), confirmed=True)
+        self._record_bound(uid, node, pod, self.clock())
         if self.unbound is not None:
             # After the record: a decision waiting on this pod must find it in the ledger.
             self.unbound.bound(uid, by_bind_verb=False)  # bound by another replica or binder

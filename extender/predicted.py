@@ -54,6 +54,19 @@ class RowLoad(NamedTuple):
         return RowLoad(cores, gpus, pods)
 
 
+@dataclass(frozen=True)
+class _Cache:
+    """per_row()'s load for one (index, updated) pair, from a pass over the ledger at
+    ``passed_at`` and kept current record by record until the clock reaches ``ahead``: the
+    earliest measurement then stamped ahead of it (inf: none)."""
+
+    index: Mapping[str, int]
+    updated: np.ndarray
+    load: RowLoad
+    passed_at: float
+    ahead: float
+
+
 class PredictedLoad:
     def __init__(self, ttl_seconds: float, settle_seconds: float, max_pods: int = 100_000) -> None:
         self.ttl = ttl_seconds
@@ -70,7 +83,7 @@ class PredictedLoad:
         # pods in flight). Replaced, never written in place: callers may still hold the last.
         # Placements per row alongside: a row whose last one leaves is set to exactly 0, not to
         # what float subtraction leaves (a node with 1e-17 cores predicted reads as occupied).
-        self._cached: tuple[object, object, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._cached: _Cache | None = None
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -111,18 +124,17 @@ class PredictedLoad:
         cached = self._cached
         if cached is None:
             return
-        index, updated, cores, gpus, counts = cached
-        assert isinstance(index, Mapping) and isinstance(updated, np.ndarray)
+        index, updated = cached.index, cached.updated
         changes = []
         if old is not None and (row := index.get(old.node)) is not None:
             changes.append((row, -old.cores, -old.gpus, -1))
         if new is not None and (row := index.get(new.node)) is not None:
-            if not np.isnan(updated[row]) and updated[row] >= new.at + self.settle:
+            if new.at + self.settle <= updated[row] <= cached.passed_at:
                 self._cached = None  # measured already: per_row's full pass expires it
                 return
             changes.append((row, new.cores, new.gpus, 1))
         if changes:
-            cores, gpus, counts = cores.copy(), gpus.copy(), counts.copy()
+            cores, gpus, counts = cached.load.cores.copy(), cached.load.gpus.copy(), cached.load.pods.copy()
             for row, c, g, k in changes:
                 counts[row] += k
                 if counts[row] == 0:
@@ -130,7 +142,7 @@ class PredictedLoad:
                 else:
                     cores[row] += c
                     gpus[row] += g
-            self._cached = (index, updated, cores, gpus, counts)
+            self._cached = _Cache(index, updated, RowLoad(cores, gpus, counts), cached.passed_at, cached.ahead)
 
     def per_row(self, index: Mapping[str, int], updated: np.ndarray, now: float) -> RowLoad:
         """Predicted load per profile row; expires what measurements now show. Every placement
@@ -139,33 +151,49 @@ class PredictedLoad:
         The arrays are shared between calls until something changes: callers must not write.
         """
         with self._lock:
-            cached = self._cached
-            if cached is not None and cached[0] is index and _same_array(cached[1], updated):
-                self._expire_old(now)
-                cached = self._cached
-                if cached is not None:
-                    return RowLoad(cached[2], cached[3], cached[4])
-            # New profiles (a measurement may now show a placement) or a new index: one pass.
-            cores = np.zeros(len(updated))
-            gpus = np.zeros(len(updated))
-            counts = np.zeros(len(updated), dtype=np.int64)
-            expired = []
-            for uid, p in self._pods.items():
-                row = index.get(p.node)
-                # A measurement stamped ahead of now (a clock ahead of ours) shows nothing yet.
-                measured_after = row is not None and p.at + self.settle <= updated[row] <= now
-                if now - p.at > self.ttl or measured_after:
-                    expired.append(uid)
-                elif row is not None:
-                    cores[row] += p.cores
-                    gpus[row] += p.gpus
-                    counts[row] += 1
-            for uid in expired:
-                del self._pods[uid]
-            self._by_age = [(p.at, uid) for uid, p in self._pods.items()]
-            heapq.heapify(self._by_age)
-            self._cached = (index, updated, cores, gpus, counts)
-            return RowLoad(cores, gpus, counts)
+            return self._per_row(index, updated, now)
+
+    def per_row_and_own(
+        self, index: Mapping[str, int], updated: np.ndarray, now: float, uid: str
+    ) -> tuple[RowLoad, Placement | None]:
+        """:meth:`per_row`, and pod ``uid``'s placement where it is counted in it (on a node of
+        ``index``), read together: a placement recorded between the two reads would be taken
+        off a load that never counted it."""
+        with self._lock:
+            load = self._per_row(index, updated, now)
+            own = self._pods.get(uid)
+            return load, own if own is not None and own.node in index else None
+
+    def _per_row(self, index: Mapping[str, int], updated: np.ndarray, now: float) -> RowLoad:
+        cached = self._cached
+        if cached is not None and cached.index is index and _same_array(cached.updated, updated) and now < cached.ahead:
+            self._expire_old(now)
+            if self._cached is not None:
+                return self._cached.load
+        # New profiles (a measurement may now show a placement), a new index, or the clock past
+        # a measurement that was stamped ahead of it: one pass.
+        cores = np.zeros(len(updated))
+        gpus = np.zeros(len(updated))
+        counts = np.zeros(len(updated), dtype=np.int64)
+        expired = []
+        for uid, p in self._pods.items():
+            row = index.get(p.node)
+            # A measurement stamped ahead of now (a clock ahead of ours) shows nothing yet.
+            measured_after = row is not None and p.at + self.settle <= updated[row] <= now
+            if now - p.at > self.ttl or measured_after:
+                expired.append(uid)
+            elif row is not None:
+                cores[row] += p.cores
+                gpus[row] += p.gpus
+                counts[row] += 1
+        for uid in expired:
+            del self._pods[uid]
+        self._by_age = [(p.at, uid) for uid, p in self._pods.items()]
+        heapq.heapify(self._by_age)
+        later = updated[updated > now]
+        load = RowLoad(cores, gpus, counts)
+        self._cached = _Cache(index, updated, load, now, float(later.min()) if later.size else math.inf)
+        return load
 
     def _compact(self) -> None:
         """Drop the entries of placements that moved or went from ``_by_age`` once they are

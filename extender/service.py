@@ -110,8 +110,7 @@ class Extender:
         arrays = snap.arrays
         index = self._index(snap, args)
         now = self.clock()
-        load = self.predicted.per_row(index, arrays.updated, now)
-        own = self.predicted.placement(wire.pod_identity(args.pod)[2])
+        load, own = self.predicted.per_row_and_own(index, arrays.updated, now, wire.pod_identity(args.pod)[2])
         held = self.occupancy.per_row(arrays.index, len(arrays)) if self.occupancy is not None else None
         # Everything the evaluation reads but the pod, the nodes and the time: each is replaced,
         # never written in place, when it changes.
@@ -140,7 +139,7 @@ class Extender:
             if observed is not None and observed > 0:
                 demand = demand.with_observed_cpu(observed)
         rows = np.fromiter(map(index.get, args.node_names, repeat(-1)), dtype=np.intp, count=len(args.node_names))
-        if own is not None and own.node in index:
+        if own is not None:
             # A pod asked about again (a retry, or explain after prioritize) is not its own load.
             load = load.without(index[own.node], own)
         held_until = self._held_until(held, load) if idle_power_avoidable(snap.arrays, self.policy) else None

@@ -430,7 +430,10 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         answer (gunicorn writes an HTML page), counted as ``reason="malformed"``; anything else
         is a bug here, logged with its trace and answered 500."""
         response_header = (http.errors.InvalidResponseHeader, http.errors.InvalidResponseHeaderName)
-        if isinstance(exc, http.errors.ParseException) and not isinstance(exc, (*response_header, http.errors.ConfigurationProblem)):
+        if isinstance(exc, http.errors.ConfigurationProblem):  # gunicorn's own settings: its 500
+            self.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
+            reply = self._error_reply(500, "internal", str(exc))
+        elif isinstance(exc, http.errors.ParseException) and not isinstance(exc, response_header):
             status = next((code for kind, code in _PARSE_STATUS if isinstance(exc, kind)), 400)
             self.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
             reply = self._error_reply(status, "malformed", f"malformed request: {exc}")
@@ -778,8 +781,11 @@ def _body_length(head: bytes) -> tuple[int | None, tuple[int, str, str] | None]:
             if seen or not value.isdigit():
                 return None, None
             seen = True
-            # The number gunicorn's parser reads from the same digits: leading zeros count for
-            # nothing there, so not here either (a body read by a pool thread holds it).
+            # The number gunicorn's parser reads from the same digits (a body read by a pool
+            # thread holds it): leading zeros count for nothing, and past int()'s 4,300 digits
+            # it reads none, refusing the header (400).
+            if len(value) > 4300:
+                return None, None
             value = value.lstrip(b"0") or b"0"
-            length = int(value) if len(value) <= 18 else 10**18  # int() refuses 4,300 digits and more
+            length = int(value) if len(value) <= 18 else 10**18
     return length, None

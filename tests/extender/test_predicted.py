@@ -5,10 +5,12 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from joulesched.extender.predicted import PredictedLoad, Unbound
+from joulesched.extender.predicted import PredictedLoad, RowLoad, Unbound
 
 NODES = ["a", "b", "c", "d"]
 
@@ -330,12 +332,16 @@ def test_the_pod_watch_keeps_the_demand_of_the_placement_recorded_for_the_node_i
     predicted.record("moved", "n1", 0.25, 0.0, 990.0, confirmed=False)
     for uid, node in (("observed", "n1"), ("other-replica", "n1"), ("moved", "n2")):
         watch.handle("ADDED", pod(uid, node))
-    placed = {uid: predicted.placement(uid) for uid in ("observed", "other-replica", "moved")}
-    assert {uid: (p.node, p.cores, p.confirmed) for uid, p in placed.items() if p is not None} == {
-        "observed": ("n1", 0.25, True),
-        "other-replica": ("n1", 4.0, True),
-        "moved": ("n2", 4.0, True),
-    }
+    want = {"observed": ("n1", 0.25, True), "other-replica": ("n1", 4.0, True), "moved": ("n2", 4.0, True)}
+    placed = {uid: predicted.placement(uid) for uid in want}
+    assert {uid: (p.node, p.cores, p.confirmed) for uid, p in placed.items() if p is not None} == want
+    # The watch lists again (every watch ends; the API server's after 5 minutes): the same.
+    listed = [pod(uid, node) for uid, (node, _, _) in want.items()]
+    for item in listed:
+        item["metadata"]["creationTimestamp"] = "1970-01-01T00:16:30Z"  # 990 s: within the TTL
+    watch.record_listed(listed)
+    placed = {uid: predicted.placement(uid) for uid in want}
+    assert {uid: (p.node, p.cores, p.confirmed) for uid, p in placed.items() if p is not None} == want
 
 
 def test_the_age_heap_stays_within_twice_the_live_placements_without_decisions() -> None:
@@ -363,8 +369,56 @@ def test_a_measurement_stamped_ahead_of_now_does_not_expire_placements() -> None
     updated = np.array([1060.0])
     ledger.per_row(index, updated, 1000.0)
     ledger.record("x", "a", 2.0, 0.0, 1000.0, confirmed=True)
+    assert ledger._cached is not None  # counted as it is recorded, not by a pass over the ledger
     assert ledger.per_row(index, updated, 1001.0).cores.tolist() == [2.0]
     assert ledger.placement("x") is not None
-    # Once the clock has passed it, it is a measurement like any other.
-    assert ledger.per_row(index, np.array([1060.0]), 1061.0).cores.tolist() == [0.0]
+    # Once the clock has passed it, it is a measurement like any other: the same profiles
+    # read again, or new ones with the same time, alike.
+    assert ledger.per_row(index, updated, 1061.0).cores.tolist() == [0.0]
     assert ledger.placement("x") is None
+    ledger.record("y", "a", 2.0, 0.0, 1000.0, confirmed=True)
+    assert ledger.per_row(index, np.array([1060.0]), 1061.0).cores.tolist() == [0.0]
+
+
+def test_the_load_and_the_pods_own_placement_are_read_together() -> None:
+    # Another thread (the pod watch, the bind verb, a retried filter) moves the pod to "b"
+    # just after the load is read. The placement handed back with that load is the one it
+    # counted, on "a": taken off, it leaves "a" empty and the other pod's cores on "b" whole.
+    # (Read apart, the pod's placement on "b", never counted, took the other pod's off.)
+    index, updated = {"a": 0, "b": 1}, np.array([np.nan, np.nan])
+
+    class ReleaseHook:
+        """The ledger's lock, running a step once, just after the next release."""
+
+        def __init__(self) -> None:
+            self.inner = threading.Lock()
+            self.after_release: Callable[[], None] | None = None
+
+        def __enter__(self) -> None:
+            self.inner.acquire()
+
+        def __exit__(self, *_: object) -> None:
+            self.inner.release()
+            step, self.after_release = self.after_release, None
+            if step is not None:
+                step()
+
+    class MovedMeanwhile(PredictedLoad):
+        def _per_row(self, *args: Any) -> RowLoad:
+            self._lock.after_release = lambda: self.record("me", "b", 0.5, 0.0, 101.0, confirmed=True)
+            return super()._per_row(*args)
+
+    ledger = MovedMeanwhile(300, 30)
+    ledger._lock = ReleaseHook()  # type: ignore[assignment]
+    ledger.record("other", "b", 3.0, 0.0, 100.0, confirmed=True)
+    ledger.record("me", "a", 0.5, 0.0, 100.0, confirmed=False)
+    load, own = ledger.per_row_and_own(index, updated, 101.0, "me")
+    assert own is not None and own.node == "a"
+    left = load.without(index[own.node], own)
+    assert (left.cores.tolist(), left.pods.tolist()) == ([0.0, 3.0], [0, 1])
+    assert ledger.placement("me").node == "b"  # type: ignore[union-attr]  # the move went through after
+
+    plain = PredictedLoad(300, 30)
+    assert plain.per_row_and_own(index, updated, 101.0, "nobody")[1] is None
+    plain.record("elsewhere", "z", 1.0, 0.0, 100.0, confirmed=True)  # a node with no profile: not counted
+    assert plain.per_row_and_own(index, updated, 101.0, "elsewhere")[1] is None

@@ -156,11 +156,12 @@ def test_chunked_bodies_get_411_and_a_long_head_431(one_thread: int) -> None:
     [
         (b"GARBAGE\r\n\r\n", 400, "GARBAGE"),
         (b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: ten\r\n\r\n", 400, "CONTENT-LENGTH"),
+        (b"POST /scheduler/filter HTTP/1.1\r\nContent-Length: " + b"0" * 5000 + b"1\r\n\r\n", 400, "CONTENT-LENGTH"),
         (b"GET /metrics HTTP/1.1\r\nBad Name: x\r\n\r\n", 400, "Bad Name"),
         (b"POST /scheduler/filter HTTP/9.9\r\n\r\n", 400, "(9, 9)"),
         (b"POST /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414, "too large"),
     ],
-    ids=["request line", "Content-Length", "header name", "HTTP version", "request line too long"],
+    ids=["request line", "Content-Length", "Content-Length past int()'s digits", "header name", "HTTP version", "request line too long"],
 )
 def test_a_request_gunicorns_parser_refuses_gets_its_status_as_counted_json(
     one_thread: int, data: bytes, status: int, names: str
@@ -763,9 +764,13 @@ def test_body_length_rules() -> None:
     assert _body_length(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n") == (0, None)
     assert _body_length(b"POST / HTTP/1.1\r\ncontent-length: 1\r\nContent-Length: 1\r\n\r\n") == (None, None)
     assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n") == (None, None)
-    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n")[0] == 10**18
-    # Leading zeros: the number gunicorn's parser reads too (int("000...0100") is 100), however long.
-    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + b"0" * 5000 + b"100\r\n\r\n") == (100, None)
+    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + b"9" * 4300 + b"\r\n\r\n")[0] == 10**18
+    # Leading zeros: the number gunicorn's parser reads too (int("000...0100") is 100) ...
+    assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + b"0" * 4297 + b"100\r\n\r\n") == (100, None)
+    # ... up to int()'s 4,300 digits; past them gunicorn's parser refuses the header, and so
+    # it is left to it.
+    for digits in (b"0" * 4298 + b"100", b"9" * 4301):
+        assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: " + digits + b"\r\n\r\n") == (None, None)
     assert _body_length(b"POST / HTTP/1.1\r\nContent-Length: 0000\r\n\r\n") == (0, None)
     assert _body_length(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[1][0] == 411  # type: ignore[index]
 
