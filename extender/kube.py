@@ -222,8 +222,10 @@ class ApiConnections:
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         sock = self._take()
         try:
+            deadline = time.monotonic() + self.timeout
+            sock.settimeout(self.timeout)
             sock.sendall(request)
-            status, data, keep = self._reply(sock)
+            status, data, keep = self._reply(sock, deadline)
         except BaseException:
             sock.close()
             raise
@@ -256,15 +258,16 @@ class ApiConnections:
             raw.close()
             raise
 
-    def _reply(self, sock: socket.socket) -> tuple[int, bytes, bool]:
-        """Read one reply: (status, body, whether the connection may carry another)."""
+    def _reply(self, sock: socket.socket, deadline: float) -> tuple[int, bytes, bool]:
+        """Read one reply, whole by ``deadline`` (monotonic): (status, body, whether the
+        connection may carry another)."""
         rest = bytearray()
         while True:  # an interim (1xx) reply is followed by the reply
             buf = rest
             while (end := buf.find(b"\r\n\r\n")) < 0:
                 if len(buf) > self.MAX_HEAD_BYTES:
                     raise ExtenderError(f"the API server's reply head is over {self.MAX_HEAD_BYTES} bytes")
-                buf += self._recv(sock)
+                buf += self._recv(sock, deadline)
             head = bytes(buf[:end]).split(b"\r\n")
             rest = buf[end + 4 :]
             version, _, status_rest = head[0].partition(b" ")
@@ -290,28 +293,28 @@ class ApiConnections:
         if code in (b"204", b"304"):  # no body, whatever the headers say
             data, extra = b"", bool(rest)
         elif chunked:
-            data, extra = self._chunked(sock, rest)
+            data, extra = self._chunked(sock, rest, deadline)
         elif length is not None:
             if length > self.MAX_BODY_BYTES:
                 raise ExtenderError(f"the API server's reply body of {length} bytes is over {self.MAX_BODY_BYTES}")
             while len(rest) < length:
-                rest += self._recv(sock)
+                rest += self._recv(sock, deadline)
             data, extra = bytes(rest[:length]), len(rest) > length
         else:  # the body runs to the end of the connection
-            while chunk := self._recv(sock, eof_ok=True):
+            while chunk := self._recv(sock, deadline, eof_ok=True):
                 rest += chunk
                 if len(rest) > self.MAX_BODY_BYTES:
                     raise ExtenderError(f"the API server's reply body is over {self.MAX_BODY_BYTES} bytes")
             data, extra, close = bytes(rest), False, True
         return int(code), data, not close and not extra
 
-    def _chunked(self, sock: socket.socket, buf: bytearray) -> tuple[bytes, bool]:
+    def _chunked(self, sock: socket.socket, buf: bytearray, deadline: float) -> tuple[bytes, bool]:
         body = bytearray()
         while True:
             while (eol := buf.find(b"\r\n")) < 0:
                 if len(buf) > self.MAX_HEAD_BYTES:
                     raise ExtenderError("the API server's reply has a chunk size line that does not end")
-                buf += self._recv(sock)
+                buf += self._recv(sock, deadline)
             size_field = bytes(buf[:eol]).split(b";")[0].strip()
             try:
                 size = int(size_field, 16)
@@ -322,20 +325,24 @@ class ApiConnections:
                 while (end := buf.find(b"\r\n")) != 0 and (end := buf.find(b"\r\n\r\n")) < 0:
                     if len(buf) > self.MAX_HEAD_BYTES:
                         raise ExtenderError(f"the API server's reply trailers are over {self.MAX_HEAD_BYTES} bytes")
-                    buf += self._recv(sock)  # trailers, if any, end with an empty line
+                    buf += self._recv(sock, deadline)  # trailers, if any, end with an empty line
                 del buf[: end + (2 if end == 0 else 4)]
                 return bytes(body), bool(buf)
             if len(body) + size > self.MAX_BODY_BYTES:
                 raise ExtenderError(f"the API server's reply body is over {self.MAX_BODY_BYTES} bytes")
             while len(buf) < size + 2:
-                buf += self._recv(sock)
+                buf += self._recv(sock, deadline)
             if buf[size : size + 2] != b"\r\n":
                 raise ExtenderError("the API server's reply has a chunk not ended by CRLF")
             body += buf[:size]
             del buf[: size + 2]
 
     @staticmethod
-    def _recv(sock: socket.socket, eof_ok: bool = False) -> bytes:
+    def _recv(sock: socket.socket, deadline: float, eof_ok: bool = False) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the API server's reply did not arrive whole within the timeout")
+        sock.settimeout(left)  # the timeout bounds the whole reply, not each read of it
         chunk = sock.recv(65536)
         if not chunk and not eof_ok:
             raise ExtenderError("the API server closed the connection before the end of its reply")

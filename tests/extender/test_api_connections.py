@@ -229,6 +229,24 @@ def test_a_connection_closed_mid_reply_or_a_silent_server_fails_the_post_within_
     assert time.monotonic() - started < 2
 
 
+def test_a_reply_trickled_byte_by_byte_fails_the_post_within_its_timeout(serve) -> None:  # type: ignore[no-untyped-def]
+    # Each byte comes well within the timeout, the whole reply not: the timeout bounds the
+    # reply, so a bind thread is not held for as long as a server (or a proxy) takes.
+    def trickle(conn: socket.socket) -> None:
+        for byte in OK:
+            try:
+                conn.sendall(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    _, conns = serve([trickle], timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        post(conns)
+    assert time.monotonic() - started < 1.0
+
+
 def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(serve) -> None:  # type: ignore[no-untyped-def]
     server, conns = serve([OK])
     with pytest.raises(ExtenderError, match="the Authorization header for the API server holds a line break"):
