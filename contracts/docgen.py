@@ -61,7 +61,7 @@ _LABELS = {
     names.L_SITE: "site name",
     names.L_SERVER_ID: "physical server id (NADIKI)",
     names.L_DEVICE: "cpu, or a GPU: gpu-0, gpu-1, …",
-    names.L_KIND: "negative, implausible or gap",
+    names.L_KIND: "negative, implausible, reset, gap or garbage",
     names.L_PAIR: "two sources compared, numerator/denominator",
     names.L_VERB: "extender verb: filter, prioritize, bind, explain",
     names.L_REASON: "why",

@@ -62,7 +62,16 @@ from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, SourceSnapshot
 from joulesched.measurement.sources.base import HasMaxWatts, Reading, ReadsInPasses, Source, Zone
 from joulesched.measurement.windowstore import Anchor
-from joulesched.policy.energy import Layout, ZoneInfo, ZoneKey, counter_delta, plan_layout, to_nanojoules, trapezoid
+from joulesched.policy.energy import (
+    Layout,
+    ZoneInfo,
+    ZoneKey,
+    counter_delta,
+    impossible,
+    plan_layout,
+    to_nanojoules,
+    trapezoid,
+)
 
 log = logging.getLogger(__name__)
 
@@ -507,14 +516,20 @@ class EnergyMeter:
             state.up, state.error = True, message
 
     def _account(self, zs: _ZoneState, reading: Reading) -> None:
-        zs.last_ok = max(zs.last_ok, reading.timestamp)
+        info = zs.info
         last = zs.last
+        limit = self.max_zone_watts if info.kind == "power" else info.max_joules
+        if last is None and impossible(reading.value, limit):
+            # (after a good reading, counter_delta and trapezoid say so, with the interval)
+            self._anomaly(info, "garbage", f"first reading {reading.value:g}", 0.0, estimated=False)
+            return
+        if not impossible(reading.value, limit):
+            zs.last_ok = max(zs.last_ok, reading.timestamp)  # a zone read only garbage is not read
         if last is None:
             zs.last = reading
             zs.history.clear()
             zs.history.append((reading.timestamp, zs.total_nj))
             return
-        info = zs.info
         dt = reading.timestamp - last.timestamp
         if info.kind == "power":
             if reading.timestamp == last.timestamp:

@@ -18,6 +18,7 @@ always add up to the node total. A zone with a ``parent`` is part of that parent
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -54,7 +55,7 @@ def counter_delta(
     ``dt`` is the real time the energy accrued over: for the meter, the time since the counter
     last changed, so that a coarse counter's step read soon after the step is not dropped.
     """
-    if cur < 0 or (max_joules and cur > max_joules):
+    if impossible(cur, max_joules):
         return Delta(None, "garbage")
     delta = cur - prev
     wrapped = False
@@ -72,12 +73,24 @@ def counter_delta(
     return Delta(delta)
 
 
+def impossible(value: float, limit: float | None) -> bool:
+    """A reading no device gives: not a number, infinite, negative, or over ``limit`` (a
+    counter's range, a power zone's ceiling; None or 0: no limit)."""
+    return not (math.isfinite(value) and 0 <= value <= (limit or math.inf))
+
+
 def trapezoid(
     prev_watts: float, prev_t: float, cur_watts: float, cur_t: float, max_watts: float, max_gap: float
 ) -> Delta:
-    """Energy between two power readings, integrated with their own timestamps."""
-    if cur_watts < 0 or prev_watts < 0:
-        return Delta(None, "negative")
+    """Energy between two power readings, integrated with their own timestamps.
+
+    A reading no device can give (negative, over ``max_watts``, not a number: a BMC's 0xFFFF
+    while it resets) is ``garbage``: the caller keeps the last good reading and integrates
+    from it to the next, never from the bad one. ``negative`` is time going back; ``gap`` two
+    readings too far apart to integrate between.
+    """
+    if impossible(cur_watts, max_watts):
+        return Delta(None, "garbage")
     dt = cur_t - prev_t
     if dt < 0:
         return Delta(None, "negative")
@@ -85,8 +98,6 @@ def trapezoid(
         return Delta(0.0)
     if dt > max_gap:
         return Delta(None, "gap")
-    if cur_watts > max_watts:
-        return Delta(None, "implausible")
     return Delta((prev_watts + cur_watts) / 2.0 * dt)
 
 
@@ -242,6 +253,7 @@ __all__ = [
     "NodeSplit",
     "ZoneInfo",
     "counter_delta",
+    "impossible",
     "plan_layout",
     "split_node",
     "to_nanojoules",

@@ -211,3 +211,40 @@ def test_the_gauge_is_absent_during_a_gap_not_zero(roots: Roots, clock: FakeCloc
     for _ in range(40):
         snap = rig.second(2.0)
     assert snap.node_power_watts == pytest.approx(power(2.0))
+
+
+@pytest.mark.parametrize("bad", [65535.0, -1.0, float("nan"), float("inf")], ids=["0xFFFF", "negative", "NaN", "infinite"])
+def test_an_impossible_power_reading_is_bridged_from_the_last_good_one_and_counted(clock: FakeClock, bad: float) -> None:
+    # A BMC answers one reading no server draws (0xFFFF while it resets, NaN through a Redfish
+    # JSON): the meter integrates from the last good reading to the next, never from the bad
+    # one, and counts a garbage anomaly. Before, the interval after a 65,535 W reading added
+    # 32 kJ of "measured" energy, and a NaN raised out of the meter.
+    from joulesched.measurement.meter import EnergyMeter
+
+    zone = FakeZone("platform", "platform", "power", clock, 300.0)
+    meter = EnergyMeter([FakeSource("ipmi_dcmi", [zone])], clock=clock)
+    key = ("ipmi_dcmi", "platform")
+    meter.read()
+    for watts in (300.0, bad, 300.0, 300.0):
+        clock.tick(1.0)
+        zone.value = watts
+        meter.read()
+    assert meter.read().totals[key] / 1e9 == pytest.approx(4 * 300.0)
+    assert meter.anomalies == {("ipmi_dcmi", "platform", "garbage"): 1}
+
+
+def test_a_first_reading_that_is_impossible_is_counted_and_not_read_from(clock: FakeClock) -> None:
+    from joulesched.measurement.meter import EnergyMeter
+
+    zone = FakeZone("platform", "platform", "power", clock, float("nan"))
+    meter = EnergyMeter([FakeSource("ipmi_dcmi", [zone])], clock=clock)
+    key = ("ipmi_dcmi", "platform")
+    meter.read()
+    assert not meter.basis_reading()  # only garbage read: the node's power is not known
+    for watts in (300.0, 300.0):
+        clock.tick(1.0)
+        zone.value = watts
+        meter.read()
+    assert meter.read().totals[key] / 1e9 == pytest.approx(300.0)
+    assert meter.anomalies == {("ipmi_dcmi", "platform", "garbage"): 1}
+    assert meter.basis_reading()

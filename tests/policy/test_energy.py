@@ -26,6 +26,8 @@ CEILING = 10_000.0  # W
         (2000.0, 5.0, 999.0, 1.0, None, "negative"),
         (10.0, MAX + 1.0, MAX, 1.0, None, "garbage"),
         (10.0, -1.0, MAX, 1.0, None, "garbage"),
+        (10.0, float("nan"), MAX, 1.0, None, "garbage"),
+        (10.0, float("inf"), None, 1.0, None, "garbage"),
     ],
     ids=[
         "a plain increase",
@@ -41,6 +43,8 @@ CEILING = 10_000.0  # W
         "a previous value above the range stays negative",
         "a reading above the counter's range is garbage",
         "a negative reading is garbage",
+        "a reading that is not a number is garbage",
+        "an infinite reading is garbage, with a range or without",
     ],
 )
 def test_counter_delta(
@@ -92,9 +96,11 @@ def test_wrap_delta_is_exact_to_the_microjoule() -> None:
         (100.0, 0.0, 200.0, 2.0, 300.0, None),
         (100.0, 5.0, 100.0, 5.0, 0.0, None),
         (100.0, 5.0, 100.0, 4.0, None, "negative"),
-        (100.0, 0.0, -1.0, 1.0, None, "negative"),
+        (100.0, 0.0, -1.0, 1.0, None, "garbage"),
         (100.0, 0.0, 100.0, 60.0, None, "gap"),
-        (100.0, 0.0, 50_000.0, 1.0, None, "implausible"),
+        (100.0, 0.0, 50_000.0, 1.0, None, "garbage"),
+        (100.0, 0.0, float("nan"), 1.0, None, "garbage"),
+        (100.0, 0.0, float("inf"), 1.0, None, "garbage"),
     ],
     ids=[
         "a ramp",
@@ -103,6 +109,8 @@ def test_wrap_delta_is_exact_to_the_microjoule() -> None:
         "negative watts",
         "a gap too long to guess",
         "an impossible reading",
+        "not a number",
+        "infinite",
     ],
 )
 def test_trapezoid(p0: float, t0: float, p1: float, t1: float, joules: float | None, anomaly: str | None) -> None:
