@@ -170,6 +170,7 @@ NODE_POWER_CAP = _m("node_power_cap_watts", "gauge", "Power cap of the node.", L
 # (promtool check metrics rejects it). The Python name stays, so code using the constant is unaffected.
 NODE_GPU_COUNT = _m("node_gpus", "gauge", "GPUs of the node.", L_NODE)
 NODE_GPU_MAX = _m("node_gpu_max_watts", "gauge", "Power limit per GPU of the node.", L_NODE)
+NODE_GPU_IDLE = _m("node_gpu_idle_watts", "gauge", "Fitted idle power per GPU of the node (their mean).", L_NODE)
 NODE_GPU_UTILISATION = _m("node_gpu_utilisation_ratio", "gauge", "Mean GPU utilisation of the node, 0..1.", L_NODE)
 NODE_INFO = _m(
     "node_info", "gauge", "Constant 1; labels name the node's site and physical server.", L_NODE, L_SITE, L_SERVER_ID

@@ -48,6 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from joulesched.contracts import names as m
@@ -62,10 +63,15 @@ from joulesched.policy.deferral import (
     LowestOf,
     decide,
     deferral_from_pod,
+    mean_over_runs,
 )
 from joulesched.policy.demand import demand_from_pod
 from joulesched.policy.errors import PolicyError
-from joulesched.policy.site import CarbonIntensitySource, IntensityUnavailable, SiteCatalogue, WithFallback
+from joulesched.policy.site import (
+    CarbonIntensitySource,
+    SiteCatalogue,
+    WithFallback,
+)
 from joulesched.policy.units import JOULES_PER_KWH
 
 log = logging.getLogger(__name__)
@@ -361,14 +367,11 @@ class Deferrer:
 
 
 def _run_mean(forecast: CarbonIntensitySource | None, start: float, runtime: float) -> float:
-    """Mean forecast intensity of a run from ``start``; NaN where the forecast cannot say."""
+    """Mean forecast intensity of a run from ``start``, as the decision computes it
+    (``policy.deferral.mean_over_runs``); NaN where the forecast cannot say."""
     if forecast is None:
         return math.nan
-    run = max(runtime, 1.0)
-    try:
-        return forecast.integral(start, start + run) / run
-    except IntensityUnavailable:
-        return math.nan
+    return float(mean_over_runs(forecast, np.array([start]), max(runtime, 0.0))[0])
 
 
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -153,6 +153,7 @@ _NODE_GAUGES = (
     m.NODE_SPEED,
     m.NODE_POWER_CAP,
     m.NODE_GPU_COUNT,
+    m.NODE_GPU_IDLE,
     m.NODE_GPU_MAX,
     m.NODE_GPU_UTILISATION,
     m.NODE_INFO,
@@ -181,6 +182,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     m.NODE_SPEED.name: (1e-3, 1e3),
     m.NODE_POWER_CAP.name: (1e-3, _MAX_WATTS),
     m.NODE_GPU_COUNT.name: (0.0, 1e4),
+    m.NODE_GPU_IDLE.name: (0.0, _MAX_WATTS),
     m.NODE_GPU_MAX.name: (0.0, _MAX_WATTS),
     m.NODE_GPU_UTILISATION.name: (0.0, 1.0),
     m.SITE_PUE.name: (1.0, 10.0),
@@ -302,7 +304,9 @@ def _profiles_from_samples(
         gpus = None
         gpu_count = int(v.get(m.NODE_GPU_COUNT.name, 0))
         if gpu_count > 0:
-            gpu_idle = v.get(f"{m.MODEL_IDLE.name}:gpu", 0.0)
+            # The agent's mean of its per-GPU fits (the same GpuSummary its /v1/profile gives);
+            # the per-device models (MODEL_IDLE, device gpu-N) are not summed here again.
+            gpu_idle = v.get(m.NODE_GPU_IDLE.name, 0.0)
             gpu_max = max(v.get(m.NODE_GPU_MAX.name, gpu_idle), gpu_idle)
             gpus = GpuProfile(gpu_count, gpu_idle, gpu_max, 1.0, min(max(v.get(m.NODE_GPU_UTILISATION.name, 0.0), 0.0), 1.0))
         nodes.append(

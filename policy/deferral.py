@@ -158,7 +158,7 @@ class LowestOf:
         return IntensitySeries(lo, best, b, "error", self.name)
 
 
-def _mean_over_runs(forecast: CarbonIntensitySource, starts: np.ndarray, runtime: float) -> np.ndarray:
+def mean_over_runs(forecast: CarbonIntensitySource, starts: np.ndarray, runtime: float) -> np.ndarray:
     """Forecast mean intensity of a run of ``runtime`` from each start; NaN where not covered."""
     try:
         return interval_means(forecast, starts, starts + runtime)
@@ -204,7 +204,7 @@ def decide(
     if forecast is None:
         return Decision(True, "no_forecast", now)
     starts = candidate_starts(deferral, now, step)
-    means = _mean_over_runs(forecast, starts, deferral.runtime)
+    means = mean_over_runs(forecast, starts, deferral.runtime)
     covered = np.isfinite(means)
     if not covered[0]:
         return Decision(True, "no_forecast", now)

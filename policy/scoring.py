@@ -330,11 +330,13 @@ def _costs(
     if pod.gpus > 0 or has_gpus is not None:
         gpu_span = gpu_max - gpu_idle
         gpu_busy = gpu_util * gpu_count
+        gpu_measured: np.ndarray | None = None  # the GPUs' power at their measured use
         if predicted_gpus is not None:
+            gpu_measured = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
             gpu_busy = gpu_busy + predicted_gpus * cfg.gpu_pod_utilisation
         gpu_now: np.ndarray | None = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
     else:
-        gpu_now = None  # no GPU draws power: the terms below leave it out
+        gpu_now = gpu_measured = None  # no GPU draws power: the terms below leave it out
     if pod.gpus > 0:
         usable = np.minimum(float(pod.gpus), np.maximum(gpu_count - gpu_busy, 0.0))
         gpu_dw = np.where(gpu_count < pod.gpus, np.inf, usable * cfg.gpu_pod_utilisation * gpu_span)
@@ -361,9 +363,10 @@ def _costs(
     cost = energy if cfg.strategy == "energy" else carbon
 
     # Power now: measured where there is a measurement, else the model; plus what the
-    # predicted (not yet measured) pods add, plus this pod.
+    # predicted (not yet measured) pods add, on the CPUs and the GPUs, plus this pod.
     modelled = p_measured if gpu_now is None else p_measured + gpu_now
-    now_watts = np.where(np.isnan(measured), modelled, measured) + (p0 - p_measured)
+    measured_now = measured if gpu_now is None or gpu_measured is None else measured + (gpu_now - gpu_measured)
+    now_watts = np.where(np.isnan(measured), modelled, measured_now) + (p0 - p_measured)
     projected = now_watts + marginal
     if cfg.power_cap_enabled:
         failed = fresh & (projected > cap * (1.0 - cfg.power_cap_headroom))  # NaN cap: uncapped, False

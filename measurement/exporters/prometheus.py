@@ -104,6 +104,7 @@ def families(snap: Snapshot) -> list[Metric]:
         f.add(n.NODE_POWER_CAP, (node,), snap.power_cap_watts)
     if snap.gpus is not None:
         f.add(n.NODE_GPU_COUNT, (node,), float(snap.gpus.count))
+        f.add(n.NODE_GPU_IDLE, (node,), snap.gpus.idle_watts)
         f.add(n.NODE_GPU_MAX, (node,), snap.gpus.max_watts)
         f.add(n.NODE_GPU_UTILISATION, (node,), snap.gpus.utilisation)
     f.add(n.NODE_INFO, (node, snap.site, snap.server_id), 1.0)

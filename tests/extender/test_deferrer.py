@@ -617,3 +617,19 @@ def test_a_sites_fallback_is_not_a_forecast() -> None:
     assert source is short
     decision = decide(Deferral(T0, T0 + 12 * H, H), T0, source)
     assert decision.release and decision.reason == "clean"
+
+
+def test_the_baseline_at_submission_is_the_decisions_mean_over_the_run_however_short() -> None:
+    # The saved-carbon baseline and the release's intensity come from one formula: a pod
+    # released at submission books nothing avoided, however short its run. Before, the
+    # baseline stretched a run under 1 s to 1 s and booked 200 g/kWh for a 0.5 s pod.
+    from joulesched.extender.deferrer import _run_mean
+    from joulesched.policy.deferral import Deferral, decide
+    from joulesched.policy.site import IntensitySeries
+
+    forecast = IntensitySeries.regular(0.0, 3600.0, [100.0, 500.0])
+    t = 3599.5
+    for runtime in (0.5, 3600.0):
+        decision = decide(Deferral(submitted=t, deadline=t + 7200, runtime=runtime), t, forecast)
+        assert decision.reason == "clean"
+        assert _run_mean(forecast, t, runtime) == decision.now_mean

@@ -205,3 +205,30 @@ def test_estimated_energy_and_seconds_are_exported_apart_from_measured() -> None
         'joulesched_node_energy_estimated_joules_total{node="node-a",source="ipmi_dcmi",zone="chassis"} 4480.0' in text
     )
     assert 'joulesched_node_energy_joules_total{node="node-a",source="ipmi_dcmi",zone="chassis"} 180000.0' in text
+
+
+def test_the_prometheus_source_reads_the_gpus_as_the_agents_profile_document_gives_them() -> None:
+    # Two ways a node's profile reaches the extender: Prometheus scraping this exposition, and
+    # the agent's /v1/profile (the file source). Both give the GPUs of one GpuSummary. Before,
+    # the Prometheus source looked for a model of device "gpu", which the agent exports per
+    # GPU ("gpu-0", ...), and read every GPU's idle power as 0 W.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from joulesched.extender.profiles import profiles_from_samples
+    from joulesched.measurement.exporters.profile import profile_document
+    from joulesched.policy.profile import parse_profiles
+
+    snap = golden_snapshot()
+    assert snap.gpus is not None and snap.gpus.idle_watts > 0
+    values = [
+        {"metric": {"__name__": s.name, **s.labels}, "value": [snap.time, str(s.value)]}
+        for family in text_string_to_metric_families(exposition().decode())
+        for s in family.samples
+    ]
+    measured = [{"metric": {"node": snap.node}, "value": [snap.time, str(snap.time)]}]
+    scraped, skipped = profiles_from_samples(values, measured)
+    assert not skipped
+    (node,) = scraped.nodes
+    (documented,) = parse_profiles(profile_document(snap), "agent /v1/profile").nodes
+    assert node.gpus == documented.gpus
+    assert node.gpus is not None and node.gpus.idle_watts == snap.gpus.idle_watts

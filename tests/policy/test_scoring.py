@@ -137,6 +137,27 @@ def test_power_cap_uses_the_model_when_nothing_is_measured() -> None:
     assert ev.failed[0]  # P(1.0) = 268 W > 250 × 0.95
 
 
+def test_power_cap_counts_the_predicted_gpu_pods_on_a_measured_node_as_on_a_modelled_one() -> None:
+    # Three GPU pods placed a moment ago that no measurement shows yet: the cap projects their
+    # GPUs' power whether the node's power is measured or modelled. Before, a measured node
+    # counted only their CPUs, and a burst of GPU pods passed a cap it would cross.
+    cfg = PolicyConfig(power_cap_enabled=True)
+    gpu_node = NodeProfile("g", 64.0, linear_curve(200.0, 3.0, 64.0), utilisation=0.0, power_cap_watts=2500.0,
+                           gpus=GpuProfile(4, 60.0, 700.0, 1.0, 0.0))
+    measured = NodeProfile("g", 64.0, linear_curve(200.0, 3.0, 64.0), utilisation=0.0, power_cap_watts=2500.0,
+                           gpus=GpuProfile(4, 60.0, 700.0, 1.0, 0.0), measured_watts=200.0 + 4 * 60.0)
+    pod = PodDemand(1.0, 0.0, 1, 3600.0)
+    projected = {}
+    for label, profile in (("modelled", gpu_node), ("measured", measured)):
+        arrays = NodeArrays.build([profile])
+        for predicted in (0.0, 3.0):
+            ev = evaluate(arrays, np.array([0]), pod, cfg, 0.0, np.zeros(1), np.array([predicted]))
+            projected[label, predicted] = (round(float(ev.projected_watts[0]), 6), bool(ev.failed[0]))
+    assert projected["measured", 0.0] == projected["modelled", 0.0] == (pytest.approx(1083.0, abs=1), False)
+    assert projected["measured", 3.0] == projected["modelled", 3.0]
+    assert projected["measured", 3.0][1] is True
+
+
 def test_a_saturated_node_is_the_most_expensive_place_not_a_free_one() -> None:
     nodes = [node("full", utilisation=1.0), node("other", XEON, utilisation=0.2, cores=80.0)]
     ev = run(nodes, PodDemand(8.0))
