@@ -29,7 +29,6 @@ import base64
 import http.client
 import math
 import os
-import socket
 import threading
 import time
 import urllib.parse
@@ -44,6 +43,7 @@ import numpy as np
 import orjson
 
 from joulesched.contracts.errors import CarbonApiError
+from joulesched.contracts.net import Deadline
 from joulesched.policy.site import IntensitySeries, IntensityUnavailable
 
 MAX_BODY_BYTES = 8 << 20  # a week of 5-minute points is well under 1 MiB
@@ -77,44 +77,29 @@ def get_json(url: str, headers: Mapping[str, str], timeout_s: float) -> Any:
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     conn_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = conn_class(parts.hostname, parts.port, timeout=timeout_s)
-    expired = threading.Event()
-
-    def abort() -> None:
-        # Per-read socket timeouts restart with every byte; only this bounds the whole request.
-        expired.set()
-        sock = conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    watchdog = threading.Timer(timeout_s, abort)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        conn.connect()
-        if expired.is_set():  # the deadline passed while connecting, before there was a socket to close
-            raise TimeoutError("connecting took the whole deadline")
-        conn.request("GET", target, headers={"Accept": "application/json", "User-Agent": USER_AGENT, **headers})
-        resp = conn.getresponse()
-        body = bytearray()
-        while True:
-            chunk = resp.read1(65536)
-            if not chunk:
-                break
-            body += chunk
-            if len(body) > MAX_BODY_BYTES:
-                raise CarbonApiError(f"{shown}: answer larger than {MAX_BODY_BYTES} bytes")
-        status = resp.status
-    except (OSError, http.client.HTTPException) as err:
-        if expired.is_set():
-            raise CarbonApiError(f"{shown}: no complete answer within {timeout_s:g} s") from err
-        raise CarbonApiError(f"{shown}: {type(err).__name__}: {err}") from err
-    finally:
-        watchdog.cancel()
-        conn.close()
-    if expired.is_set():
+    with Deadline(conn, timeout_s) as deadline:
+        try:
+            conn.connect()
+            if deadline.expired:  # the deadline passed while connecting, before there was a socket to close
+                raise TimeoutError("connecting took the whole deadline")
+            conn.request("GET", target, headers={"Accept": "application/json", "User-Agent": USER_AGENT, **headers})
+            resp = conn.getresponse()
+            body = bytearray()
+            while True:
+                chunk = resp.read1(65536)
+                if not chunk:
+                    break
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    raise CarbonApiError(f"{shown}: answer larger than {MAX_BODY_BYTES} bytes")
+            status = resp.status
+        except (OSError, http.client.HTTPException) as err:
+            if deadline.expired:
+                raise CarbonApiError(f"{shown}: no complete answer within {timeout_s:g} s") from err
+            raise CarbonApiError(f"{shown}: {type(err).__name__}: {err}") from err
+        finally:
+            conn.close()
+    if deadline.expired:
         raise CarbonApiError(f"{shown}: no complete answer within {timeout_s:g} s")
     if status != 200:
         text = bytes(body[:200]).decode("utf-8", "replace").strip()

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from joulesched.contracts.net import Deadline
 from joulesched.measurement.errors import MeasurementError, SourceAbsent, SourceFailed
 from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 from joulesched.policy.units import JOULES_PER_KWH
@@ -122,24 +123,31 @@ class RedfishClient:
             for attempt in (1, 2):  # a kept-alive connection the BMC closed is retried once, fresh
                 if self._conn is None:
                     self._conn = self._connect()
-                try:
-                    self._conn.request("GET", path, headers=headers)
-                    response = self._conn.getresponse()
-                    body = response.read()
-                    break
-                except (
-                    http.client.RemoteDisconnected,
-                    BrokenPipeError,
-                    ConnectionResetError,
-                    http.client.CannotSendRequest,
-                    http.client.ResponseNotReady,
-                ):
-                    self.close_connection()
-                    if attempt == 2:
+                # The socket's timeout bounds each read; the deadline the whole reply, so a BMC
+                # that trickles it holds the reader no longer than timeout_s either.
+                with Deadline(self._conn, self.timeout_s) as deadline:
+                    try:
+                        self._conn.request("GET", path, headers=headers)
+                        response = self._conn.getresponse()
+                        body = response.read()
+                        break
+                    except (
+                        http.client.RemoteDisconnected,
+                        BrokenPipeError,
+                        ConnectionResetError,
+                        http.client.CannotSendRequest,
+                        http.client.ResponseNotReady,
+                    ):
+                        self.close_connection()
+                        if deadline.expired:
+                            raise TimeoutError(f"{path}: no whole reply within {self.timeout_s:g} s") from None
+                        if attempt == 2:
+                            raise
+                    except BaseException:
+                        self.close_connection()
+                        if deadline.expired:
+                            raise TimeoutError(f"{path}: no whole reply within {self.timeout_s:g} s") from None
                         raise
-                except BaseException:
-                    self.close_connection()
-                    raise
             if response.getheader("Connection", "").lower() == "close":
                 self.close_connection()
         if not 200 <= response.status < 300:

@@ -301,3 +301,42 @@ def test_the_registry_opens_it_by_name_with_the_samplers_clock() -> None:
         source = open_one("redfish", {"url": server.url}, Roots(), clock=lambda: 7.0)
         assert source.zones()[0].read() == Reading(287.0, 7.0)
         source.close()  # type: ignore[attr-defined]
+
+
+def test_a_bmc_that_trickles_its_reply_fails_the_get_within_its_timeout() -> None:
+    # Its head at once, then a byte every 0.2 s of a body it never finishes: each read is
+    # within the timeout, the reply is not. Before, the GET went on for as long as the BMC
+    # liked, and its source stayed up with no error while no energy was read.
+    import socket
+    import threading
+    import time
+
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+            for _ in range(25):  # 5 s, then it gives up too (a test that fails, not one that hangs)
+                if stop.wait(0.2):
+                    return
+                try:
+                    conn.sendall(b" ")
+                except OSError:
+                    return
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    client = redfish.RedfishClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.6)
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match=r"no whole reply within 0\.6 s"):
+            client.get("/redfish/v1/Chassis/1/Power")
+        assert time.monotonic() - started < 1.5
+    finally:
+        stop.set()
+        client.close_connection()
+        server.join(5)
+        listener.close()
