@@ -42,6 +42,7 @@ from joulesched.measurement.provider_figures import ProviderAccess, ProviderFigu
 from joulesched.measurement.sources.registry import Outcome, open_sources
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.site import IntensityUnavailable
+from joulesched.policy.units import JOULES_PER_KWH
 
 log = logging.getLogger("joulesched.agent")
 
@@ -251,7 +252,7 @@ def _intensity_value(text: str) -> float:
 
 def _impact(args: argparse.Namespace, joules: float, t0: float, t1: float) -> tuple[dict[str, Any] | None, str]:
     """CO2e and water of ``joules`` of IT energy from ``--intensity`` or the site; (None, why) when not given."""
-    kwh = joules / 3.6e6
+    kwh = joules / JOULES_PER_KWH
     if args.intensity is not None:
         return {
             "co2e_grams": kwh * args.intensity,

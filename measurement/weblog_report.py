@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from joulesched.policy.units import JOULES_PER_KWH
+
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#332288")
-KWH = 3.6e6
 
 
 def _t(seconds: float | None) -> str:
@@ -106,13 +107,13 @@ def render_html(result: dict[str, Any], intensity: float | None = None) -> str:
     total = float(result["joules"]["node"])
 
     def co2(joules: float | None) -> str:
-        return "—" if joules is None or intensity is None else f"{joules / KWH * intensity:.4g}"
+        return "—" if joules is None or intensity is None else f"{joules / JOULES_PER_KWH * intensity:.4g}"
 
     summary = [
         ("run", f"{run['runName']} ({run['runId']})"),
         ("outcome", run["outcome"]),
         ("window", f"{_t(result['start'])} – {_t(result['end'])} ({result['seconds']:.1f} s)"),
-        ("node energy", f"{total:,.1f} J = {total / KWH:.6f} kWh (counter difference over the run's window)"),
+        ("node energy", f"{total:,.1f} J = {total / JOULES_PER_KWH:.6f} kWh (counter difference over the run's window)"),
         ("outside tasks", f"{_j(result['outside_tasks_joules'])} J (workflow manager, waits between tasks)"),
         ("sources", ", ".join(result.get("sources", [])) or "—"),
     ]

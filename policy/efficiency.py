@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from statistics import median
 
 from joulesched.policy.profile import CURVE_POINTS, NodeProfile
+from joulesched.policy.units import JOULES_PER_KWH
 
-JOULES_PER_KWH = 3.6e6
 STRATEGIES = ("energy", "carbon")
 TOLERANCE = 0.01  # figures within 1 % are equal
 PRIORITY_STEP = 10  # room for hand-written priorities between ours

@@ -303,11 +303,11 @@ def bound_markdown(bound: Mapping[str, Any] | None, label: str) -> list[str]:
         return [*lines, f"Not applicable: {bound.get('reason', '')}.", ""]
     lines += [
         f"Least energy any placement could draw for this work on the always-on cluster, on the `{bound['timeline']}` run's "
-        f"timeline (docs/sim.md, \"The bound\"): fluid (cheapest watts first) {_fmt(bound['fluid_energy_joules'] / 3.6e6, 3)} kWh, "
-        f"request-aware {_fmt(bound['request_aware_energy_joules'] / 3.6e6, 3)} kWh, of which idle "
-        f"{_fmt(bound['idle_energy_joules'] / 3.6e6, 3)} kWh, over {_fmt(bound['window_seconds'] / 3600, 2)} h. "
+        f"timeline (docs/sim.md, \"The bound\"): fluid (cheapest watts first) {_fmt(bound['fluid_energy_joules'] / JOULES_PER_KWH, 3)} kWh, "
+        f"request-aware {_fmt(bound['request_aware_energy_joules'] / JOULES_PER_KWH, 3)} kWh, of which idle "
+        f"{_fmt(bound['idle_energy_joules'] / JOULES_PER_KWH, 3)} kWh, over {_fmt(bound['window_seconds'] / 3600, 2)} h. "
         f"Both re-pack the work in flight at every instant; the cheapest-first oracle scheduler, which places each pod "
-        f"once, draws {_fmt(bound['cheapest_first_energy_joules'] / 3.6e6, 3)} kWh.",
+        f"once, draws {_fmt(bound['cheapest_first_energy_joules'] / JOULES_PER_KWH, 3)} kWh.",
         "",
     ]
     rows = []
@@ -319,7 +319,7 @@ def bound_markdown(bound: Mapping[str, Any] | None, label: str) -> list[str]:
                 _fmt(None if share["fluid"] is None else 100 * share["fluid"], 1),
                 _fmt(None if share["request_aware"] is None else 100 * share["request_aware"], 1),
                 _fmt(None if share["cheapest_first"] is None else 100 * share["cheapest_first"], 1),
-                _fmt(p["own_timeline"]["fluid_energy_joules"] / 3.6e6, 3),
+                _fmt(p["own_timeline"]["fluid_energy_joules"] / JOULES_PER_KWH, 3),
             ]
         )
     lines += [
