@@ -1,11 +1,13 @@
-"""Helpers shared by the test folders: a clock the test moves, a free loopback port, and the
-real tools a test needs."""
+"""Helpers shared by the test folders: a clock the test moves, a free loopback port, the real
+tools a test needs, and a peer that trickles its bytes."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -67,3 +69,15 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 
 
 __all__ = ["Clock", "free_port", "require", "stop_process", "wait_ready"]
+
+
+def trickle(sock: socket.socket, stop: threading.Event, every: float, times: int | None = None) -> None:
+    """Send ``sock`` a blank every ``every`` seconds until ``stop`` is set, ``times`` blanks
+    are sent (None: no end) or the peer is gone: a client or server that is slow, not silent."""
+    sent = 0
+    while (times is None or sent < times) and not stop.wait(every):
+        try:
+            sock.sendall(b" ")
+        except OSError:
+            return
+        sent += 1

@@ -32,6 +32,7 @@ from joulesched.extender.worker import (
     bind_pool,
 )
 from tests.extender.support import PROFILES, make_pod
+from tests.support import trickle
 
 BODY = orjson.dumps({"Pod": make_pod(), "NodeNames": ["efficient", "hungry", "capped"]})
 
@@ -101,15 +102,7 @@ def test_a_body_length_written_with_leading_zeros_is_read_by_the_event_loop_too(
     trickler = socket.create_connection(("127.0.0.1", port))
     trickler.sendall(b"POST /scheduler/prioritize HTTP/1.1\r\nHost: x\r\nContent-Length: 0000000000000000000100\r\n\r\n{")
     stop = threading.Event()
-
-    def trickle() -> None:
-        while not stop.wait(0.5):  # well within the 1.5 s read timeout
-            try:
-                trickler.sendall(b" ")
-            except OSError:
-                return
-
-    thread = threading.Thread(target=trickle, daemon=True)
+    thread = threading.Thread(target=trickle, args=(trickler, stop, 0.5), daemon=True)  # within the 1.5 s read timeout
     thread.start()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3)
     try:

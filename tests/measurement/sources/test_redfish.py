@@ -311,6 +311,8 @@ def test_a_bmc_that_trickles_its_reply_fails_the_get_within_its_timeout() -> Non
     import threading
     import time
 
+    from tests.support import trickle
+
     stop = threading.Event()
     listener = socket.create_server(("127.0.0.1", 0))
 
@@ -319,13 +321,7 @@ def test_a_bmc_that_trickles_its_reply_fails_the_get_within_its_timeout() -> Non
         with conn:
             conn.recv(65536)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
-            for _ in range(25):  # 5 s, then it gives up too (a test that fails, not one that hangs)
-                if stop.wait(0.2):
-                    return
-                try:
-                    conn.sendall(b" ")
-                except OSError:
-                    return
+            trickle(conn, stop, 0.2, times=25)  # 5 s, then it gives up too (a test that fails, not one that hangs)
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
