@@ -243,6 +243,12 @@ SOURCE_RATIO = _m(
 )
 SOURCE_ERRORS = _m("source_read_errors_total", "counter", "Failed reads of a source's zones.", L_SOURCE)
 WINDOWS_OPEN = _m("measurement_windows_open", "gauge", "Measurement windows open now (POST /v1/windows).", L_NODE)
+CLOCK_STEP = _m(
+    "agent_clock_step_seconds",
+    "gauge",
+    "How far the system clock has been stepped since the agent started (intervals are timed on the monotonic clock).",
+    L_NODE,
+)
 
 # --- extender ----------------------------------------------------------------------------------
 EXT_REQUESTS = _m(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from joulesched.contracts.runtime import BuildInfoCollector
+from joulesched.measurement.clock import SteadyClock, wall_clock
 from joulesched.measurement.config import AgentConfig, is_loopback, parse_listen
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.exporters.prometheus import SiteFactors, make_registry
@@ -128,7 +129,10 @@ class Agent:
         self.sampler.meter.stop()
 
 
-def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> Agent:
+def build_agent(config: AgentConfig, clock: Callable[[], float] | None = None) -> Agent:
+    """The agent a configuration names, on ``clock`` (default: a :class:`SteadyClock`; every
+    source, the sampler and the server stamp with it)."""
+    clock = clock or SteadyClock()
     node = config.node.name or socket.gethostname()
     opened = open_sources(config.sources.order, config.sources.options, config.roots, clock)
     log.info("energy sources: %s", opened.message())
@@ -173,7 +177,7 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
     provider = None
     if config.nadiki is not None:
         gpu_models = [z.model for src in opened.sources for z in src.zones() if isinstance(z, HasModel) and z.model]
-        provider = Provider(config.nadiki, config.roots, gpu_models=gpu_models, clock=clock)
+        provider = Provider(config.nadiki, config.roots, gpu_models=gpu_models, clock=clock, wall=wall_clock(clock))
         log.info("NADIKI provider mode: registrar %s", config.nadiki.registrar_url)
     site = None
     if config.site_file:
@@ -185,7 +189,7 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] = time.time) -> 
                 config.site_file,
                 [f"node.site {config.node.site!r} is not a site of this file ({', '.join(catalogue.sites)})"],
             )
-        site = SiteFactors(catalogue, config.node.site, config.node.server_id, node, clock)
+        site = SiteFactors(catalogue, config.node.site, config.node.server_id, node, wall_clock(clock))
     return Agent(config, sampler, opened, directory, clock, recorder, provider=provider, site=site)
 
 

@@ -394,13 +394,16 @@ def measure_main(argv: Sequence[str]) -> int:
     if config is None:
         return 2
 
+    from joulesched.measurement.clock import SteadyClock
     from joulesched.measurement.meter import EnergyMeter
     from joulesched.measurement.sampler import window_energy
 
-    opened = open_sources(config.sources.order, config.sources.options, config.roots)
+    clock = SteadyClock()  # the command's window is timed on it; its edges are reported as wall time
+    opened = open_sources(config.sources.order, config.sources.options, config.roots, clock)
     meter = EnergyMeter(
         opened.sources,
         order=config.sources.order,
+        clock=clock,
         max_zone_watts=config.anomaly.max_zone_watts,
         # measure has no power model to estimate with: a gap of a few reads is bridged, as before
         max_gap_seconds=config.anomaly.max_gap_seconds or max(30.0, args.interval * 3),
@@ -445,7 +448,7 @@ def measure_main(argv: Sequence[str]) -> int:
         stop.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    result = window_energy(start, end, meter.layout)
+    result = window_energy(start, end, meter.layout, clock_step=clock.step())
     result.pop("id")
     result.pop("label")
     result["command"] = command

@@ -58,6 +58,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from joulesched.measurement.clock import SteadyClock
 from joulesched.measurement.errors import MeasurementError
 from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, SourceSnapshot
 from joulesched.measurement.sources.base import HasMaxWatts, Reading, ReadsInPasses, Source, Zone
@@ -163,7 +164,7 @@ class EnergyMeter:
         sources: Sequence[Source],
         *,
         order: Sequence[str] = (),
-        clock: Clock = time.time,
+        clock: Clock | None = None,
         max_zone_watts: float = 10_000.0,
         max_gap_seconds: float = 30.0,
         rescan_seconds: float = 30.0,
@@ -175,7 +176,7 @@ class EnergyMeter:
         stale_seconds: float = 3.0,
         rng: random.Random | None = None,
     ) -> None:
-        self.clock = clock
+        clock = self.clock = clock or SteadyClock()
         self.max_zone_watts = max_zone_watts
         self.max_gap_seconds = max_gap_seconds
         self.rescan_seconds = rescan_seconds

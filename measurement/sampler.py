@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from joulesched.measurement.clock import SteadyClock, clock_step
 from joulesched.measurement.config import AgentConfig
 from joulesched.measurement.errors import TooManyWindows, UnknownWindow
 from joulesched.measurement.meter import EnergyMeter, MeterRead, Pending
@@ -84,7 +84,7 @@ class Sampler:
         sources: Sequence[Source],
         *,
         node: str,
-        clock: Clock = time.time,
+        clock: Clock | None = None,
         cgroups: CgroupCpu | None = None,
         procstat: ProcStat | None = None,
         pods: PodDirectory | None = None,
@@ -92,7 +92,7 @@ class Sampler:
     ) -> None:
         self.config = config
         self.node = node
-        self.clock = clock
+        clock = self.clock = clock or SteadyClock()
         sc = config.sources
         self.meter = EnergyMeter(
             sources,
@@ -115,7 +115,7 @@ class Sampler:
         self._zone_models: dict[ZoneKey, RollingFit] = {}
         self._learned_at: dict[ZoneKey, float] = {}  # a power zone's last reading a model learned from
         self.meter.estimator = self._estimate
-        self._store = WindowStore(config.server.state_dir) if config.server.state_dir else None
+        self._store = WindowStore(config.server.state_dir, self.step) if config.server.state_dir else None
         self._store_lock = threading.Lock()
         self._restoring = self._store.load() if self._store is not None else None
         self._started = clock()
@@ -182,7 +182,14 @@ class Sampler:
                 raise UnknownWindow(window_id)
         end = self.meter.read()
         self._persist()
-        return window_energy(window.start, end, self.meter.layout, window.id, window.label, window.restarted)
+        return window_energy(
+            window.start, end, self.meter.layout, window.id, window.label, window.restarted, self.step()
+        )
+
+    def step(self) -> float:
+        """How far the system clock has been stepped since the sampler's clock started
+        (measurement/clock.py): a stamp plus this is wall time."""
+        return clock_step(self.clock)
 
     # -- windows across a restart (measurement/windowstore.py) --------------------------------
 
@@ -704,6 +711,7 @@ class Sampler:
             domains=layout.domains,
             discarded=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.discarded_seconds.items())),
             estimated=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.estimated_seconds.items())),
+            clock_step=self.step(),
         )
 
     def _node_power(self, read: MeterRead, interval: Interval | None) -> float | None:
@@ -753,8 +761,10 @@ def window_energy(
     window_id: str = "",
     label: str = "",
     restarted: Mapping[str, Any] | None = None,
+    clock_step: float = 0.0,
 ) -> dict[str, Any]:
-    """Energy per domain between two meter reads (a window's edges), as a JSON-ready mapping."""
+    """Energy per domain between two meter reads (a window's edges), as a JSON-ready mapping;
+    its times are wall time: the reads' stamps plus ``clock_step`` (measurement/clock.py)."""
     deltas = {k: (v - start.totals[k]) / NANO for k, v in end.totals.items() if k in start.totals}
     split = split_node(layout, deltas)
     estimated = {
@@ -765,8 +775,8 @@ def window_energy(
     return {
         "id": window_id,
         "label": label,
-        "start": start.time,
-        "end": end.time,
+        "start": start.time + clock_step,
+        "end": end.time + clock_step,
         "seconds": end.time - start.time,
         "basis": split.basis,
         "sources": list(layout.sources),
@@ -777,7 +787,11 @@ def window_energy(
             "node": split_node(layout, estimated).node_joules if estimated else 0.0,
             "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(estimated.items())},
         },
-        **({"restarted": dict(restarted)} if restarted is not None else {}),
+        **(
+            {"restarted": {k: v + clock_step if k in ("at", "last_saved") else v for k, v in restarted.items()}}
+            if restarted is not None
+            else {}
+        ),
     }
 
 

@@ -490,7 +490,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._json(
             HTTPStatus.CREATED,
-            {"id": window.id, "label": label, "start": window.start.time},
+            {"id": window.id, "label": label, "start": window.start.time + self.server.sampler.step()},
             {"Location": f"/v1/windows/{window.id}"},
         )
 

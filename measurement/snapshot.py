@@ -89,7 +89,7 @@ class Interval:
 class Snapshot:
     node: str
     seq: int
-    time: float  # the sampler's clock at the read
+    time: float  # the sampler's clock at the read (measurement/clock.py: it never steps)
     interval_seconds: float  # configured sampling interval
     idle_policy: str
     cpus: int
@@ -118,6 +118,12 @@ class Snapshot:
     domains: tuple[str, ...] = ("cpu", "dram", "gpu", "other")  # those this node's sources can produce
     discarded: tuple[tuple[str, str, str, float], ...] = ()  # (source, zone, kind, seconds not counted)
     estimated: tuple[tuple[str, str, str, float], ...] = ()  # (source, zone, kind, seconds estimated)
+    clock_step: float = 0.0  # how far the system clock had been stepped since the agent started
+
+    @property
+    def wall_time(self) -> float:
+        """``time`` as the system clock gives it now: what is exported as a time of day."""
+        return self.time + self.clock_step
 
     def model(self, device: str) -> ModelSnapshot | None:
         return next((m for m in self.models if m.device == device), None)

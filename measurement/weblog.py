@@ -163,8 +163,11 @@ class WeblogRuns:
         now = run.reads[-1].time if run.reads else self.clock()
         task.cpus = _number(trace.get("cpus")) or task.cpus
         task.pcpu = _number(trace.get("%cpu")) if trace.get("%cpu") is not None else task.pcpu
-        task.start = _ms(trace.get("start")) or task.start
-        task.complete = _ms(trace.get("complete")) or task.complete
+        # the trace's times of day, on the agent's clock (taken back by the step it has seen)
+        step = self.sampler.step()
+        start, complete = _ms(trace.get("start")), _ms(trace.get("complete"))
+        task.start = start - step if start is not None else task.start
+        task.complete = complete - step if complete is not None else task.complete
         task.hostname = str(trace.get("hostname") or task.hostname or "")
         task.native_id = str(trace.get("native_id") if trace.get("native_id") is not None else task.native_id)
         task.status = str(trace.get("status") or task.status)
@@ -191,7 +194,7 @@ class WeblogRuns:
         # the run's energy and its tasks' from the same reads: the counters at the window's start,
         # at every event and now
         layout = self.sampler.meter.layout
-        result = window_energy(window.start, final, layout, window.id, window.label)
+        result = window_energy(window.start, final, layout, window.id, window.label, clock_step=self.sampler.step())
         result["kilojoules"] = {k: v / 1000.0 for k, v in result["joules"].items()}
         result["run"] = {
             "runId": run.run_id,

@@ -14,6 +14,10 @@ counting (RAPL, NVML, a BMC's EnergykWh) loses nothing. A power zone, or a count
 meanwhile, cannot be carried across the downtime: the window keeps that zone's energy up to the
 last save and from the restart on, and its result names the zone and the seconds lost between
 (``restarted``). Nothing is lost silently.
+
+Times in the file are wall time (the agent's stamps plus the system clock's step since it
+started, measurement/clock.py), so that the next run, on a clock started afresh, reads them in
+its own terms.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,9 +69,30 @@ def _name(key: ZoneKey) -> str:
     return f"{key[0]}/{key[1]}"
 
 
+def _no_step() -> float:
+    return 0.0
+
+
+def _shift(window: Mapping[str, Any], by: float) -> dict[str, Any]:
+    """A window record with its times moved by ``by`` seconds."""
+    shifted = dict(window)
+    if isinstance(shifted.get("start"), int | float):
+        shifted["start"] = shifted["start"] + by
+    restarted = shifted.get("restarted")
+    if isinstance(restarted, dict):
+        shifted["restarted"] = {
+            k: v + by if k in ("at", "last_saved") and isinstance(v, int | float) else v for k, v in restarted.items()
+        }
+    return shifted
+
+
 class WindowStore:
-    def __init__(self, directory: str) -> None:
+    """``step``: the agent clock's step (measurement/clock.py), added to every time saved and
+    taken off every time loaded."""
+
+    def __init__(self, directory: str, step: Callable[[], float] = _no_step) -> None:
         self.path = Path(directory) / FILE
+        self.step = step
 
     def save(
         self,
@@ -77,15 +102,17 @@ class WindowStore:
         totals: Mapping[ZoneKey, int] | None = None,
         estimated: Mapping[ZoneKey, int] | None = None,
     ) -> None:
+        step = self.step()
         doc = {
             "version": VERSION,
-            "saved": saved,
+            "saved": saved + step,
             "totals": {_name(k): v for k, v in (totals or {}).items()},  # every zone's, at the save
             "estimated": {_name(k): v for k, v in (estimated or {}).items()},
             "anchors": {
-                _name(k): [a.raw, a.time, a.total_nj, a.estimated_nj, a.max_joules] for k, a in sorted(anchors.items())
+                _name(k): [a.raw, a.time + step, a.total_nj, a.estimated_nj, a.max_joules]
+                for k, a in sorted(anchors.items())
             },
-            "windows": windows,
+            "windows": [_shift(w, step) for w in windows],
         }
         data = json.dumps(doc, separators=(",", ":")).encode()
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -108,13 +135,18 @@ class WindowStore:
             doc = json.loads(self.path.read_bytes())
             if not isinstance(doc, dict) or doc.get("version") != VERSION:
                 raise ValueError(f"not a version {VERSION} windows file")
+            step = self.step()
             anchors = {
-                _key(k): Anchor(float(v[0]), float(v[1]), int(v[2]), int(v[3]), None if v[4] is None else float(v[4]))
+                _key(k): Anchor(
+                    float(v[0]), float(v[1]) - step, int(v[2]), int(v[3]), None if v[4] is None else float(v[4])
+                )
                 for k, v in doc["anchors"].items()
             }
-            windows = [w for w in doc["windows"] if isinstance(w, dict) and isinstance(w.get("id"), str)]
+            windows = [
+                _shift(w, -step) for w in doc["windows"] if isinstance(w, dict) and isinstance(w.get("id"), str)
+            ]
             totals, estimated = parse_record(doc)
-            return Saved(windows, anchors, float(doc["saved"]), totals, estimated)
+            return Saved(windows, anchors, float(doc["saved"]) - step, totals, estimated)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, IndexError) as err:

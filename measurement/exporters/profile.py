@@ -39,7 +39,7 @@ def profile_document(snap: Snapshot) -> dict[str, Any] | None:
         utilisation=min(max(snap.utilisation, 0.0), 1.0),
         measured_watts=snap.node_power_watts,
         power_cap_watts=snap.power_cap_watts,
-        updated=snap.time,
+        updated=snap.wall_time,
         gpus=gpus,
         sources=snap.sources_used,
         server_id=snap.server_id,

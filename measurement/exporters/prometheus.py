@@ -123,6 +123,7 @@ def families(snap: Snapshot) -> list[Metric]:
     for pair, ratio in sorted(snap.ratios.items()):
         f.add(n.SOURCE_RATIO, (node, pair), ratio)
     f.add(n.WINDOWS_OPEN, (node,), float(snap.windows_open))
+    f.add(n.CLOCK_STEP, (node,), snap.clock_step)
     order = {m.name: i for i, m in enumerate(n.METRICS)}
     return [f.families[name] for name in sorted(f.families, key=lambda k: order.get(k, len(order)))]
 

@@ -71,7 +71,7 @@ class RecordingWriter:
                     "interval_seconds": snap.interval_seconds,
                     "idle_policy": snap.idle_policy,
                     "cpus": snap.cpus,
-                    "started": snap.time,
+                    "started": snap.wall_time,
                     "domains": list(NODE_DOMAINS),
                 }
             )
@@ -113,7 +113,7 @@ class RecordingWriter:
             {
                 "type": "sample",
                 "seq": snap.seq,
-                "t": snap.time,
+                "t": snap.wall_time,
                 "dt": _r(iv.seconds),
                 "basis": iv.basis,
                 "node_j": _r(iv.node_joules),

@@ -42,7 +42,7 @@ GPU_DOMAINS = frozenset({"gpu"})
 
 
 def counter_samples(snapshot: Any) -> list[CounterSample]:
-    """One CounterSample per source from an agent snapshot (``time`` and ``zones`` of ZoneSnapshot).
+    """One CounterSample per source from an agent snapshot (``wall_time`` and ``zones`` of ZoneSnapshot).
 
     A source's total is the sum of its top-level zones (``parent`` None) in the domains that
     source contributes: platform for IPMI/Redfish, package + DRAM for RAPL, gpu for NVML.
@@ -53,7 +53,8 @@ def counter_samples(snapshot: Any) -> list[CounterSample]:
             continue
         if zone.domain in PLATFORM_DOMAINS or zone.domain in CPU_DOMAINS or zone.domain in GPU_DOMAINS:
             totals[zone.source] = totals.get(zone.source, 0.0) + float(zone.joules_total)
-    return [CounterSample(float(snapshot.time), source, joules) for source, joules in sorted(totals.items())]
+    at = float(snapshot.wall_time)  # the time series is indexed by the time of day
+    return [CounterSample(at, source, joules) for source, joules in sorted(totals.items())]
 
 
 def samples_from_snapshots(snapshots: Iterable[Any]) -> Iterator[CounterSample]:
@@ -87,12 +88,14 @@ class Provider:
         *,
         gpu_models: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
+        wall: Callable[[], float] | None = None,
         writer: Callable[[Sequence[str]], None] | None = None,
     ) -> None:
         self.config = config
         self.roots = roots
         self.gpu_models = tuple(gpu_models)
-        self.clock = clock
+        self.clock = clock  # the push loop's retries
+        self.wall = wall or clock  # the time of day the registration is saved at
         self.writer = writer
         self.client = RegistrarClient(
             config.registrar_url, _read_token(config.registrar_token_file), config.ca_file or None, config.timeout_s
@@ -111,7 +114,7 @@ class Provider:
 
     def register(self) -> Registration:
         registration, action = ensure_registration(
-            self.client, self.description(), self.config.state_file, clock=self.clock
+            self.client, self.description(), self.config.state_file, clock=self.wall
         )
         log.info(
             "NADIKI: server %s %s at %s (state %s); label the Kubernetes node %s=%s",
@@ -145,7 +148,7 @@ class Provider:
             return None
         try:
             registration, _ = ensure_registration(
-                self.client, self.description(), self.config.state_file, clock=self.clock
+                self.client, self.description(), self.config.state_file, clock=self.wall
             )
         except RegistrationFailed as err:
             log.error("NADIKI: refreshing the time-series config failed: %s", err)

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.measurement.agent_server_support import Running
+from joulesched.measurement.clock import SteadyClock
+from tests.measurement.agent_server_support import Running, start
+from tests.support import Clock
 
 EVENTS = [
     json.loads(line)
@@ -320,3 +322,45 @@ def test_a_task_pod_on_this_node_carries_the_agents_per_pod_energy(running: Runn
     assert rows["MULTIQC (3)"]["pod_joules"] == pytest.approx(sum(pod.energy_joules_total.values()))
     assert rows["MULTIQC (3)"]["pod_joules"] > 0
     assert rows["FASTQC (1)"]["pod_joules"] is None  # its native_id names no pod on this node
+
+
+class SteppedClock(SteadyClock):
+    """The agent's clock on two fake system clocks: ``tick`` moves both, ``set_ahead`` the wall
+    clock only; ``now`` is the system clock's time of day, as Nextflow on this host stamps it."""
+
+    def __init__(self) -> None:
+        self.system, self.boot = Clock(1_764_400_000.0), Clock(5_000.0)
+        super().__init__(self.system, self.boot)
+
+    @property
+    def now(self) -> float:
+        return self.system.now
+
+    def tick(self, seconds: float = 1.0) -> float:
+        self.boot.tick(seconds)
+        return self.system.tick(seconds)
+
+    def set_ahead(self, seconds: float) -> None:
+        self.system.tick(seconds)
+
+
+def test_trace_times_after_a_step_of_the_system_clock_fall_on_the_same_reads(tmp_path: Path) -> None:
+    """The trace's start and complete are the system clock's; after it was set 3 s ahead they are
+    taken back by the step the agent has seen, and each task keeps its own energy (without that,
+    every task would be read 3 s late, inside the window, with no note)."""
+    clock = SteppedClock()
+    running = start(tmp_path, clock)  # type: ignore[arg-type]  # it ticks as FakeClock does
+    try:
+        running.agent.step()
+        clock.set_ahead(3.0)
+        result = drive(running, two_process_run(clock.now))
+    finally:
+        running.server.shutdown()
+        running.server.server_close()
+        running.agent.stop()
+    tasks, outside, total = expected()
+    assert result["joules"]["node"] == pytest.approx(total, abs=1e-9)
+    assert {row["name"]: row["joules"] for row in result["task_rows"]} == pytest.approx(tasks, abs=1e-9)
+    assert result["outside_tasks_joules"] == pytest.approx(outside, abs=1e-9)
+    assert not result["notes"]
+    assert result["start"] == pytest.approx(clock.now - 12.0), "the window's times are the system clock's"

@@ -85,7 +85,7 @@ def _zone(source: str, zone: str, domain: str, joules: float, parent: str | None
 
 def test_snapshot_totals_per_source_never_count_a_part_on_top_of_its_whole() -> None:
     snapshot = SimpleNamespace(
-        time=1_767_268_830.5,
+        wall_time=1_767_268_830.5,
         zones=(
             _zone("rapl_sysfs", "package-0", "package", 1000.0),
             _zone("rapl_sysfs", "package-1", "package", 900.0),

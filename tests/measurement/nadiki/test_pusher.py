@@ -75,6 +75,23 @@ def test_restarts(samples: list[tuple[float, float]], expected: list[tuple[int, 
     assert (note is None and not notes) or (note is not None and note in notes[0])
 
 
+def test_a_system_clock_set_back_writes_no_window_twice_and_loses_no_joule() -> None:
+    """Samples stamped with the time of day, the clock set back 40 s at T0 + 55 (docs/provider.md)."""
+    acc = WindowAccumulator(30, 300)
+    out: list[tuple[int, float]] = []
+    joules = 0.0
+    stamps = [T0 + i for i in range(0, 56)] + [T0 + 15 + i for i in range(1, 101)]  # 100 s more, from T0 + 16
+    for t in stamps:
+        out += acc.add(t, joules)[0]
+        joules += 250.0  # 250 W, one sample a second, whatever the clock says
+    starts = [s for s, _ in out]
+    assert starts == sorted(set(starts)), "each window once"
+    assert starts[0] == T0 + 25, "the first window, seen from its middle, is not pushed"
+    first_part = 250.0 * 25  # T0 .. T0 + 25, in that window
+    open_part = sum(acc.partial.values())  # the window the last sample is in
+    assert sum(j for _, j in out) + first_part + open_part == pytest.approx(250.0 * (len(stamps) - 1), abs=1e-6)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     steps=st.lists(st.floats(min_value=0.05, max_value=45.0), min_size=2, max_size=80),
