@@ -389,6 +389,10 @@ WATCH_READ_TIMEOUT_SECONDS = WATCH_SECONDS + 30
 # quiet spell is read at once; the others of a burst up to this much later.
 WATCH_BATCH_SECONDS = 0.05
 BLOCKED_READ_SECONDS = 0.001  # a read that took longer waited for the network, not a buffer
+# The longest watch line read: one event holds one object, which etcd keeps to 1.5 MiB (its
+# default request limit) and kube-apiserver writes as JSON in a few times that at most. A longer
+# line (a proxy or server that sends no newline) is refused, not buffered without end.
+MAX_WATCH_LINE_BYTES = 32 * 1024 * 1024
 
 
 class WatchExpired(ExtenderError):
@@ -450,7 +454,7 @@ def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
     as many times as events fit in http.client's buffer (8 KiB; one TLS record, usually one
     event, from kube-apiserver).
     """
-    pending = b""
+    pending = bytearray()  # the start of a line cut by a chunk's end
     chunks = resp.read_chunked(decode_content=True) if resp.chunked else iter(lambda: resp.read1(65536, decode_content=True), b"")
     sock = getattr(getattr(resp, "connection", None), "sock", None) if batch_seconds > 0 else None
     waited = True  # a read since the last wait waited for the network: the next wait starts a batch
@@ -462,14 +466,24 @@ def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
             break
         # (A read of what had arrived may be slow too, waiting for the GIL: not a wait for the network.)
         waited = waited or (not arrived and time.monotonic() - before > BLOCKED_READ_SECONDS)
-        if pending:
-            chunk = pending + chunk
         start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            if end > start:
-                yield chunk[start:end]
-            start = end + 1
-        pending = chunk[start:]
+        if pending:  # the line goes on: only the new chunk is searched, and the line grows in place
+            end = chunk.find(b"\n")
+            pending += chunk if end < 0 else chunk[:end]
+            if end >= 0:
+                yield bytes(pending)
+                pending.clear()
+                start = end + 1
+        if not pending:
+            while (end := chunk.find(b"\n", start)) >= 0:
+                if end > start:
+                    yield chunk[start:end]
+                start = end + 1
+            pending += chunk[start:]
+        if len(pending) > MAX_WATCH_LINE_BYTES:
+            raise ExtenderError(
+                f"watch: a line over {MAX_WATCH_LINE_BYTES} bytes without its newline: {bytes(pending[:120])!r}"
+            )
         # Once a batch: after a read that waited, when the events that came are all read (none
         # cut in two, nothing more on the connection). Chunks http.client had already buffered
         # come at once, and wait for nothing.
@@ -477,7 +491,7 @@ def _lines(resp: Any, batch_seconds: float = 0.0) -> Iterator[bytes]:
             time.sleep(batch_seconds)
             waited = False
     if pending.strip():
-        yield pending
+        yield bytes(pending)
 
 
 def _readable(sock: Any) -> bool:

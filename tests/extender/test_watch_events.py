@@ -15,7 +15,14 @@ import pytest
 import urllib3
 
 from joulesched.extender.errors import ExtenderError
-from joulesched.extender.kube import WATCH_READ_TIMEOUT_SECONDS, WATCH_SECONDS, ListWatch, WatchExpired, watch_events
+from joulesched.extender.kube import (
+    MAX_WATCH_LINE_BYTES,
+    WATCH_READ_TIMEOUT_SECONDS,
+    WATCH_SECONDS,
+    ListWatch,
+    WatchExpired,
+    watch_events,
+)
 
 
 class Response:
@@ -74,6 +81,19 @@ def test_lines_split_and_joined_across_chunks(chunked: bool) -> None:
 def test_a_last_line_without_its_newline_and_blank_lines() -> None:
     resp = Response([b"\n", event("ADDED", "a"), b"\n\n", event("DELETED", "a").rstrip(b"\n")])
     assert names(resp) == [("ADDED", "a"), ("DELETED", "a")]
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_a_line_that_never_ends_is_refused_once_past_the_limit_not_buffered_for_ever(chunked: bool) -> None:
+    """A server (or a proxy) sending bytes and no newline: the watch fails by name when the line
+    passes MAX_WATCH_LINE_BYTES, and the caller lists again with back-off."""
+    piece = b"x" * 65536  # what read1 returns at most
+    resp = Response([event("ADDED", "a"), *(piece for _ in range(MAX_WATCH_LINE_BYTES // len(piece) + 2))], chunked)
+    events = watch_events(lister(resp, {}))
+    assert next(events) == ("ADDED", {"metadata": {"name": "a", "resourceVersion": "7"}})
+    with pytest.raises(ExtenderError, match=f"a line over {MAX_WATCH_LINE_BYTES} bytes without its newline: b'xxx"):
+        next(events)
+    assert resp.closed
 
 
 def test_the_watch_request() -> None:
