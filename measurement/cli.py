@@ -41,8 +41,8 @@ from joulesched.measurement.estimate import Estimate, estimate, read_cpuinfo
 from joulesched.measurement.provider_figures import ProviderAccess, ProviderFigure
 from joulesched.measurement.sources.registry import Outcome, open_sources
 from joulesched.policy.errors import ConfigError
+from joulesched.policy.impact import facility_joules, operational_grams, water_litres
 from joulesched.policy.site import IntensityUnavailable
-from joulesched.policy.units import JOULES_PER_KWH
 
 log = logging.getLogger("joulesched.agent")
 
@@ -252,10 +252,9 @@ def _intensity_value(text: str) -> float:
 
 def _impact(args: argparse.Namespace, joules: float, t0: float, t1: float) -> tuple[dict[str, Any] | None, str]:
     """CO2e and water of ``joules`` of IT energy from ``--intensity`` or the site; (None, why) when not given."""
-    kwh = joules / JOULES_PER_KWH
     if args.intensity is not None:
         return {
-            "co2e_grams": kwh * args.intensity,
+            "co2e_grams": float(operational_grams(joules, args.intensity)),  # the facility's energy: PUE 1
             "intensity_g_per_kwh": args.intensity,
             "pue": 1.0,
             "wue": None,
@@ -281,11 +280,11 @@ def _impact(args: argparse.Namespace, joules: float, t0: float, t1: float) -> tu
     except IntensityUnavailable as err:
         return None, f"site {site.name}: {err}"
     return {
-        "co2e_grams": kwh * site.pue * intensity,
+        "co2e_grams": float(operational_grams(facility_joules(joules, site.pue), intensity)),
         "intensity_g_per_kwh": intensity,
         "pue": site.pue,
         "wue": site.wue,
-        "water_litres": kwh * site.wue,
+        "water_litres": float(water_litres(joules, site.wue)),
         "from": f"site {site.name} in {args.site}",
     }, ""
 

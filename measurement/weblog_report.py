@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from joulesched.policy.impact import operational_grams
 from joulesched.policy.units import JOULES_PER_KWH
 
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#332288")
@@ -107,7 +108,7 @@ def render_html(result: dict[str, Any], intensity: float | None = None) -> str:
     total = float(result["joules"]["node"])
 
     def co2(joules: float | None) -> str:
-        return "—" if joules is None or intensity is None else f"{joules / JOULES_PER_KWH * intensity:.4g}"
+        return "—" if joules is None or intensity is None else f"{float(operational_grams(joules, intensity)):.4g}"
 
     summary = [
         ("run", f"{run['runName']} ({run['runId']})"),

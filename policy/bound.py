@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from joulesched.policy.power import drawn_watts
+
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -141,14 +143,13 @@ def fill_nodes_by_requests(
     curve = np.asarray(curves, dtype=float)
     per_u = np.asarray(cores, dtype=float) * np.asarray(speeds, dtype=float)  # reference cores at u = 1
     count = np.asarray(counts, dtype=float)
-    grid = curve_utilisations(curve.shape[1])
     out = np.zeros(len(r))
     for k in range(len(r)):
         need = r[k]
         if need <= 0.0:
             continue
         f = ph[k] if ph[k] > 0.0 else 1.0
-        p_f = np.array([np.interp(f, grid, c) for c in curve]) - curve[:, 0]
+        p_f = np.array([drawn_watts(c, f) for c in curve]) - curve[:, 0]
         cap = f * per_u  # work of one node full of requests
         watts = 0.0
         for j in np.argsort(p_f / cap, kind="stable"):
@@ -158,7 +159,7 @@ def fill_nodes_by_requests(
             watts += whole * p_f[j]
             need -= whole * cap[j]
             if need > 1e-12 and whole < count[j]:
-                watts += float(np.interp(need / per_u[j], grid, curve[j])) - curve[j, 0]
+                watts += drawn_watts(curve[j], need / per_u[j]) - curve[j, 0]
                 need = 0.0
         if need > 1e-12 and f < 1.0:  # above φ: from P(φ) to P(1) on every node, cheapest first
             above_cap = (1.0 - f) * per_u * count

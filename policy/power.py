@@ -17,11 +17,16 @@ and each has its own function:
   burst). The extender's scoring (:mod:`policy.scoring`) uses this.
 
 For 0 ≤ u ≤ 1 the two are the same number, to the last bit (tests/policy/test_power.py).
+
+A node's GPUs (:func:`gpu_watts`) draw their idle power each, and the busy ones their share of
+the span to their maximum: linear in use, as NVML's board power is modelled here. The
+simulator's engine and the scoring both call it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +48,15 @@ def drawn_watts(curve: Sequence[float], utilisation: float) -> float:
     x = utilisation * _SEGMENTS
     k = min(int(x), _LAST_SEGMENT)
     return float(curve[k] + (curve[k + 1] - curve[k]) * (x - k))
+
+
+def gpu_watts(count: Any, idle_watts: Any, max_watts: Any, busy: Any) -> Any:
+    """The power of ``count`` GPUs of ``idle_watts``..``max_watts`` each, ``busy`` of them busy
+    (GPU-equivalents; at most ``count`` count): ``count × idle + min(busy, count) × (max − idle)``.
+
+    Floats (the simulator's per-event step) or arrays of one value per node (the scoring).
+    """
+    return count * idle_watts + np.minimum(busy, count) * (max_watts - idle_watts)
 
 
 def curve_power(curve: np.ndarray, utilisation: np.ndarray) -> np.ndarray:

@@ -31,9 +31,9 @@ import numpy as np
 
 from joulesched.policy.config import MAX_SCORE, PolicyConfig
 from joulesched.policy.demand import PodDemand
-from joulesched.policy.power import curve_power
+from joulesched.policy.impact import facility_joules, operational_grams
+from joulesched.policy.power import curve_power, gpu_watts
 from joulesched.policy.profile import AVOIDABLE_IDLE, NodeArrays
-from joulesched.policy.units import JOULES_PER_KWH
 
 # Reasons a node is not scored on its cost; the explain output and metrics use these words.
 REASON_UNKNOWN = "no profile for this node"
@@ -332,9 +332,9 @@ def _costs(
         gpu_busy = gpu_util * gpu_count
         gpu_measured: np.ndarray | None = None  # the GPUs' power at their measured use
         if predicted_gpus is not None:
-            gpu_measured = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
+            gpu_measured = gpu_watts(gpu_count, gpu_idle, gpu_max, gpu_busy)
             gpu_busy = gpu_busy + predicted_gpus * cfg.gpu_pod_utilisation
-        gpu_now: np.ndarray | None = gpu_count * gpu_idle + np.minimum(gpu_busy, gpu_count) * gpu_span
+        gpu_now: np.ndarray | None = gpu_watts(gpu_count, gpu_idle, gpu_max, gpu_busy)
     else:
         gpu_now = gpu_measured = None  # no GPU draws power: the terms below leave it out
     if pod.gpus > 0:
@@ -351,13 +351,14 @@ def _costs(
     avoidable = _avoidable(idle_avoidable, cfg) if idle_power_avoidable(nodes, cfg) else None
     if avoidable is not None and np.count_nonzero(avoidable):
         idle_energy = _unavoidable_idle_joules(
+            # the node's idle power: P(0) and its GPUs' (gpu_watts at no use, count × idle)
             curve[:, 0] + gpu_count * gpu_idle, runtime, avoidable, held_profile if held_until is None else held_until, now
         )
         energy = marginal * runtime + idle_energy  # inf marginal (a node short of GPUs) + idle
     else:  # an always-on cluster: no idle power to answer for
         idle_energy = np.zeros(n)
         energy = marginal * runtime
-    carbon = energy * (pue * intensity / JOULES_PER_KWH)  # inf energy × 0 g/kWh: NaN
+    carbon = operational_grams(facility_joules(energy, pue), intensity)  # inf energy × 0 g/kWh: NaN
     if pod.gpus > 0:
         carbon = np.where(np.isinf(energy), np.inf, carbon)
     cost = energy if cfg.strategy == "energy" else carbon

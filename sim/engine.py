@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from joulesched.policy.efficiency import efficiency, priorities
-from joulesched.policy.power import drawn_watts
+from joulesched.policy.impact import facility_joules
+from joulesched.policy.power import drawn_watts, gpu_watts
 from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim import kube
 from joulesched.sim.cluster import ClusterSpec, Node, profile_document
@@ -139,8 +140,8 @@ class Engine:
         self.speed = np.array([t.speed for t in types], dtype=float)
         self.gpu_speed = np.array([t.gpus.speed for t in types], dtype=float)
         self.curves = [tuple(float(w) for w in t.power_curve_watts) for t in types]
-        self.gpu_idle = [t.gpus.idle_watts * t.gpus.count for t in types]
-        self.gpu_span = [t.gpus.max_watts - t.gpus.idle_watts for t in types]
+        self.gpu_idle = [t.gpus.idle_watts for t in types]  # each GPU's
+        self.gpu_max = [t.gpus.max_watts for t in types]
         self.site_of = [n.site for n in self.nodes]
         sites = list(c.sites)
         self.site_index = np.array([sites.index(s) for s in self.site_of])
@@ -210,15 +211,14 @@ class Engine:
 
     def _power_of(self, n: int) -> float:
         """What node ``n`` draws now: its curve at its utilisation (:func:`policy.power.drawn_watts`,
-        which holds P(1) above u = 1), plus its GPUs' idle power and their busy share of the span."""
+        which holds P(1) above u = 1), plus its GPUs' (:func:`policy.power.gpu_watts`; a node
+        not Ready draws their idle power)."""
         state = self.state[n]
         if state == OFF:
             return 0.0
         cpu = drawn_watts(self.curves[n], self.usage[n] / self.cores[n] if state == READY else 0.0)
-        gpu = self.gpu_idle[n]
-        if self.gpu_count[n] and state == READY:
-            gpu += min(self.gpu_busy[n], self.gpu_count[n]) * self.gpu_span[n]
-        return cpu + gpu
+        busy = self.gpu_busy[n] if state == READY else 0.0
+        return cpu + float(gpu_watts(self.gpu_count[n], self.gpu_idle[n], self.gpu_max[n], busy))
 
     def _advance(self, n: int, t: float) -> None:
         """Integrate node ``n`` from its last change to ``t`` at its (constant) power."""
@@ -641,18 +641,18 @@ class Engine:
         """A recorded power sample: node ``n`` draws ``watts`` until the next one (NaN: the model again)."""
         self._advance(n, t)
         if math.isnan(watts):
-            self.curves[n], self.gpu_idle[n], self.gpu_span[n] = self._model[n]
+            self.curves[n], self.gpu_idle[n], self.gpu_max[n] = self._model[n]
         else:
             if n not in self._model:
-                self._model[n] = (self.curves[n], self.gpu_idle[n], self.gpu_span[n])
+                self._model[n] = (self.curves[n], self.gpu_idle[n], self.gpu_max[n])
             self.curves[n] = (watts,) * 11
             self.gpu_idle[n] = 0.0
-            self.gpu_span[n] = 0.0
+            self.gpu_max[n] = 0.0
         self._repower(n, t)
 
     def _result(self, end: float, wall: float) -> SimResult:
         energy = np.array(self.energy)
-        facility = energy * np.array(self.pue)
+        facility = facility_joules(energy, np.array(self.pue))
         return SimResult(
             profile=self.profile.name,
             nodes=self.nodes,
@@ -683,7 +683,7 @@ class Engine:
         for n in range(self.n_nodes):
             self._advance(n, horizon)
         result.energy_joules = np.array(self.energy)
-        result.facility_joules = result.energy_joules * np.array(self.pue)
+        result.facility_joules = facility_joules(result.energy_joules, np.array(self.pue))
         result.carbon_grams = np.array(self.carbon_ws) / JOULES_PER_KWH
         result.on_seconds = np.array(self.on_seconds)
         if result.power_times and self.opt.record_timeseries:

@@ -27,6 +27,8 @@ import numpy as np
 
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.forecast import FORECASTS
+from joulesched.policy.impact import water_litres
+from joulesched.policy.power import gpu_watts
 from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim.attribution import Attribution, phases_for, scrape_example
 from joulesched.sim.cluster import ClusterSpec, profile_document
@@ -207,7 +209,7 @@ def metrics_of(cluster: ClusterSpec, workload: Workload, r: SimResult) -> dict[s
         sel = site_of == name
         facility = float(r.facility_joules[sel].sum())
         it = float(r.energy_joules[sel].sum())
-        litres = it / JOULES_PER_KWH * site.wue  # WUE is per IT kWh (The Green Grid), as in policy.impact
+        litres = float(water_litres(it, site.wue))
         water += litres
         per_site[name] = {
             "energy_joules": it,
@@ -217,12 +219,9 @@ def metrics_of(cluster: ClusterSpec, workload: Workload, r: SimResult) -> dict[s
             "node_hours": float(r.on_seconds[sel].sum() / 3600.0),
             "pods": int(np.count_nonzero(np.isin(r.pods.node[ran], np.flatnonzero(sel)))),
         }
+    types = [cluster.node_types[n.type_index] for n in r.nodes]
     idle_watts = np.array(
-        [
-            cluster.node_types[n.type_index].power_curve_watts[0]
-            + cluster.node_types[n.type_index].gpus.idle_watts * cluster.node_types[n.type_index].gpus.count
-            for n in r.nodes
-        ]
+        [t.power_curve_watts[0] + gpu_watts(t.gpus.count, t.gpus.idle_watts, t.gpus.max_watts, 0.0) for t in types]
     )
     cores = np.array([cluster.node_types[n.type_index].cores for n in r.nodes])
     busy_core_seconds = sum(

@@ -10,7 +10,8 @@ import pytest
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import PodDemand
 from joulesched.policy.profile import GpuProfile, NodeArrays, NodeProfile, linear_curve
-from joulesched.policy.scoring import JOULES_PER_KWH, curve_power, evaluate, idle_power_avoidable, normalise
+from joulesched.policy.scoring import curve_power, evaluate, idle_power_avoidable, normalise
+from joulesched.policy.units import JOULES_PER_KWH
 
 EPYC = (56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268)  # SPECpower, HPE DL325 Gen10 Plus
 XEON = (127, 198, 226, 253, 281, 314, 354, 405, 464, 576, 619)  # SPECpower, HPE DL380 Gen10 Plus
