@@ -62,6 +62,7 @@ from joulesched.policy import tenant as tenant_policy
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+LAST_TIME = 253_402_300_800.0  # 10000-01-01T00:00:00Z: the first time ISO 8601's four digits cannot write
 
 
 def parse_duration(text: str) -> float:
@@ -87,9 +88,14 @@ def parse_time(text: str, now: float) -> float:
     if text.startswith("now-"):
         return now - parse_duration(text[4:])
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not (math.isfinite(seconds) and 0 <= seconds < LAST_TIME):
+            hint = " (milliseconds? give unix seconds)" if math.isfinite(seconds) and seconds >= LAST_TIME else ""
+            raise ReportError(f"{text!r} is not a time between 1970 and 9999 in unix seconds{hint}")
+        return seconds
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -204,6 +210,18 @@ def tenant_inputs(args: argparse.Namespace) -> TenantInputs:
     )
 
 
+def _requests(answer: object, query: str) -> float:
+    """The requests a ``--requests-query`` answered: the sum of a vector's samples, or a scalar."""
+    if isinstance(answer, list) and len(answer) == 2 and not isinstance(answer[0], dict):
+        answer = [{"value": answer}]  # a scalar (or a string): [time, "value"]
+    if not isinstance(answer, list) or not answer:
+        raise ReportError(f"--requests-query {query!r} returned no series: is the metric there in the range?")
+    try:
+        return sum(float(row["value"][1]) for row in answer)
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise ReportError(f"--requests-query {query!r} did not return an instant vector or a scalar") from None
+
+
 def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
     scope = Scope(args.namespace, args.selector, args.run, args.owner)
     if not (scope.namespace or scope.selector or scope.run or scope.owner) and not args.tenant:
@@ -240,16 +258,18 @@ def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
         if args.requests is not None and args.requests_query:
             raise ReportError("give either --requests or --requests-query, not both")
         if args.requests_query:
-            rows = prom.instant(args.requests_query.replace("{range}", f"{round(seconds)}s"), float(data.steps[-1]))
-            requests = sum(float(r["value"][1]) for r in rows)
+            query = args.requests_query.replace("{range}", f"{round(seconds)}s")
+            requests = _requests(prom.instant(query, float(data.steps[-1])), query)
         elif args.requests is not None:
             requests = args.requests
         else:
             raise ReportError("--per request needs --requests N or --requests-query PROMQL")
+        if not (math.isfinite(requests) and requests > 0):
+            raise ReportError(f"--per request: the requests in the range must be a number > 0, got {requests:g}")
         units = impact.functional_units("request", requests=requests)
     elif args.per == "run":
         in_scope = {(k[1], k[2]) for k in data.pods}
-        runs = {run for pod, (run, _) in data.runs.items() if pod in in_scope}
+        runs = {(pod[0], run) for pod, (run, _) in data.runs.items() if pod in in_scope}  # a run is its namespace's
         if not runs:
             raise ReportError(
                 "--per run: no Nextflow runs among these pods (kube_pod_labels has no nextflow.io/runName for them)"

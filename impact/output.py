@@ -67,10 +67,20 @@ def render_table(report: Report) -> str:
 def _notes(report: Report) -> list[str]:
     notes = list(report.notes)
     t = report.total
-    if t.missing_site:
+    unknown = [
+        f"{what} ({count})"
+        for what, count in (
+            ("operational CO2e", t.missing_site),
+            ("facility energy", t.missing_facility),
+            ("water", t.missing_water),
+            ("renewable energy", t.missing_renewable),
+        )
+        if count
+    ]
+    if unknown:
         notes.append(
-            f"note: {t.missing_site} pod-steps had energy but no site factors (node without joulesched_node_info or site gauges): "
-            "their facility energy, operational CO2e, water and renewable energy are not counted"
+            "note: pod-steps with energy but a site factor unknown (a node without joulesched_node_info, a site "
+            f"gauge absent) are not counted in: {', '.join(unknown)}"
         )
     if t.missing_embodied and IDLE_SPLIT in report.idle_policies:
         notes.append("note: tenant mode: embodied emissions are not computed (no server figure on the NADIKI side)")

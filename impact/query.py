@@ -127,7 +127,7 @@ class Prometheus:
         exact = {"start": f"{first:.3f}", "end": f"{last:.3f}"}
         return self._call(
             f"query_range {query!r}",
-            lambda: self._client.custom_query_range(query, start, end, f"{step:g}s", params=exact),
+            lambda: self._client.custom_query_range(query, start, end, duration(step), params=exact),
         )
 
 
@@ -274,6 +274,20 @@ def pod_labels(
     return runs, owner_map
 
 
+def duration(seconds: float) -> str:
+    """A PromQL duration: whole seconds, else milliseconds (``1.2096e+06s`` is not one)."""
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{round(seconds * 1000)}ms"
+
+
+def ranged(prom: Prometheus, query: str, steps: FloatArray, step: float) -> list[dict[str, Any]]:
+    """``query`` at every step of ``steps``, in ranges of at most MAX_POINTS steps."""
+    out: list[dict[str, Any]] = []
+    for lo in range(0, len(steps), MAX_POINTS):
+        hi = min(lo + MAX_POINTS, len(steps)) - 1
+        out.extend(prom.range(query, float(steps[lo]), float(steps[hi]), step))
+    return out
+
+
 def step_ends(start: float, end: float, step: float) -> FloatArray:
     """The ends ``start + k·step`` (k ≥ 1) of the whole steps of the range."""
     count = math.floor((end - start) / step + 1e-9)
@@ -285,9 +299,8 @@ def step_ends(start: float, end: float, step: float) -> FloatArray:
 def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float) -> Fetched:
     """Read every series the indicators need for the steps ending at ``start + k·step`` (k ≥ 1)."""
     steps = step_ends(start, end, step)
-    count = len(steps)
     pods, runs, owners = resolve_pods(prom, scope, start, end)
-    window = f"{step:g}s"
+    window = duration(step)
     if pods is not None and not pods:
         raise ReportError(f"no pods match {scope.describe()} between {iso(start)} and {iso(end)}")
     if pods is None:
@@ -297,15 +310,11 @@ def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float)
             f"namespace=~{_quote(_alternation(p[0] for p in pods))}, pod=~{_quote(_alternation(p[1] for p in pods))}"
         )
 
-    def ranged(query: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for lo in range(0, count, MAX_POINTS):
-            hi = min(lo + MAX_POINTS, count) - 1
-            out.extend(prom.range(query, float(steps[lo]), float(steps[hi]), step))
-        return out
+    def at_steps(query: str) -> list[dict[str, Any]]:
+        return ranged(prom, query, steps, step)
 
     pod_keys = ("node", "namespace", "pod", "idle_policy")
-    pod_rows = ranged(
+    pod_rows = at_steps(
         f"sum by (node, namespace, pod, idle_policy) (increase({n.POD_ENERGY.name}{{{matchers}}}[{window}]))"
     )
     pod_energy = _matrix(pod_rows, pod_keys, steps, step)
@@ -318,13 +327,13 @@ def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float)
     nodes = sorted({k[0] for k in pod_energy})
     node_match = f"node=~{_quote(_alternation(nodes))}"
     node_energy = _matrix(
-        ranged(f"sum by (node) (increase({n.NODE_DOMAIN_ENERGY.name}{{{node_match}}}[{window}]))"),
+        at_steps(f"sum by (node) (increase({n.NODE_DOMAIN_ENERGY.name}{{{node_match}}}[{window}]))"),
         ("node",),
         steps,
         step,
     )
     info = _matrix(
-        ranged(f"max by (node, site, server_id) ({n.NODE_INFO.name}{{{node_match}}})"),
+        at_steps(f"max by (node, site, server_id) ({n.NODE_INFO.name}{{{node_match}}})"),
         ("node", "site", "server_id"),
         steps,
         step,
@@ -334,7 +343,7 @@ def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float)
     factors: dict[str, dict[str, FloatArray]] = {}
     for name, metric in FACTORS.items():
         rows = (
-            ranged(f"max by (site) (avg_over_time({metric.name}{{site=~{_quote(_alternation(sites))}}}[{window}]))")
+            at_steps(f"max by (site) (avg_over_time({metric.name}{{site=~{_quote(_alternation(sites))}}}[{window}]))")
             if sites
             else []
         )
@@ -346,13 +355,13 @@ def fetch(prom: Prometheus, scope: Scope, start: float, end: float, step: float)
         embodied = {
             k[0]: v
             for k, v in _matrix(
-                ranged(f"max by (server_id) ({n.SERVER_EMBODIED.name}{{{server_match}}})"), ("server_id",), steps, step
+                at_steps(f"max by (server_id) ({n.SERVER_EMBODIED.name}{{{server_match}}})"), ("server_id",), steps, step
             ).items()
         }
         lifetime = {
             k[0]: v
             for k, v in _matrix(
-                ranged(f"max by (server_id) ({n.SERVER_LIFETIME.name}{{{server_match}}} > 0)"),
+                at_steps(f"max by (server_id) ({n.SERVER_LIFETIME.name}{{{server_match}}} > 0)"),
                 ("server_id",),
                 steps,
                 step,

@@ -47,6 +47,7 @@ from joulesched.impact.query import (
     iso,
     ksm_label,
     pod_labels,
+    ranged,
     resolve_pods,
     step_ends,
 )
@@ -138,9 +139,7 @@ def _cpu_seconds(
     """
     node_match = f"node=~{_quote(_alternation(node_server))}"
     info = _matrix(
-        prom.range(
-            f"max by (namespace, pod, node) (kube_pod_info{{{node_match}}})", float(steps[0]), float(steps[-1]), step
-        ),
+        ranged(prom, f"max by (namespace, pod, node) (kube_pod_info{{{node_match}}})", steps, step),
         ("namespace", "pod", "node"),
         steps,
         step,

@@ -112,8 +112,11 @@ class Totals:
     embodied_grams: float
     water_litres: float
     renewable_joules: float
-    missing_site: int = 0  # intervals with IT energy but no PUE/intensity/WUE: not in facility, CO2e, water
+    missing_site: int = 0  # intervals with IT energy but no operational CO2e (no site, PUE or intensity)
     missing_embodied: int = 0  # intervals with IT energy but no embodied figure or share
+    missing_facility: int = 0  # ... but no facility energy (no site or PUE); also not in renewable energy
+    missing_water: int = 0  # ... but no water (no site or WUE)
+    missing_renewable: int = 0  # ... but no renewable energy (no PUE or renewable share)
 
     @property
     def it_kwh(self) -> float:
@@ -146,6 +149,9 @@ class Totals:
             self.renewable_joules + other.renewable_joules,
             self.missing_site + other.missing_site,
             self.missing_embodied + other.missing_embodied,
+            self.missing_facility + other.missing_facility,
+            self.missing_water + other.missing_water,
+            self.missing_renewable + other.missing_renewable,
         )
 
 
@@ -175,6 +181,9 @@ class Indicators:
         def s(x: FloatArray) -> float:
             return float(np.nansum(pick(x)))
 
+        def unknown(x: FloatArray) -> int:
+            return int(np.count_nonzero(used & ~np.isfinite(pick(x))))
+
         return Totals(
             s(self.it_joules),
             s(self.facility_joules),
@@ -182,8 +191,11 @@ class Indicators:
             s(self.embodied_grams),
             s(self.water_litres),
             s(self.renewable_joules),
-            int(np.count_nonzero(used & ~np.isfinite(pick(self.operational_grams)))),
-            int(np.count_nonzero(used & ~np.isfinite(pick(self.embodied_grams)))),
+            unknown(self.operational_grams),
+            unknown(self.embodied_grams),
+            unknown(self.facility_joules),
+            unknown(self.water_litres),
+            unknown(self.renewable_joules),
         )
 
 

@@ -156,7 +156,10 @@ def test_table_csv_json_and_chart(tmp_path: Path) -> None:
     table = output.render_table(rep)
     assert "joulesched report: namespace shop" in table and "TOTAL" in table
     assert "idle policy bucket, requests" in table
-    assert "3 pod-steps had energy but no site factors" in table
+    assert (
+        "a site factor unknown (a node without joulesched_node_info, a site gauge absent) are not counted in: "
+        "operational CO2e (3), facility energy (3), water (3), renewable energy (3)"
+    ) in table
     assert "idle policy 'bucket'" in table
     rows = list(csv.DictReader(io.StringIO(output.render_csv(rep))))
     assert [r["pod"] for r in rows] == ["p1", "p3", "p5", "p2", ""] and rows[-1]["namespace"] == "TOTAL"
@@ -208,3 +211,98 @@ def test_the_command_is_reachable_from_the_joulesched_cli(capsys: pytest.Capture
         cli.main(["report", "--help"])
     assert done.value.code == 0
     assert "--namespace" in capsys.readouterr().out
+
+
+class Recorded:
+    """A Prometheus that records every query and answers ``answer`` to instant ones (no range data)."""
+
+    def __init__(self, answer: object = None) -> None:
+        self.queries: list[str] = []
+        self.steps: list[tuple[float, float, float]] = []
+        self.answer = [] if answer is None else answer
+
+    def instant(self, query: str, at: float) -> object:
+        self.queries.append(query)
+        return self.answer
+
+    def range(self, query: str, first: float, last: float, step: float) -> list[dict[str, object]]:
+        self.queries.append(query)
+        self.steps.append((first, last, step))
+        if round((last - first) / step) + 1 > 11_000:  # as Prometheus refuses it
+            raise ReportError("exceeded maximum resolution of 11,000 points per timeseries")
+        return []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1654041600000", r"not a time between 1970 and 9999 in unix seconds \(milliseconds\? give unix seconds\)"),
+        ("nan", "not a time between 1970 and 9999"),
+        ("inf", "not a time between 1970 and 9999"),
+        ("-5", "not a time between 1970 and 9999"),
+    ],
+)
+def test_a_number_that_is_no_time_is_refused_by_name(text: str, message: str) -> None:
+    with pytest.raises(ReportError, match=message):
+        report_cli.parse_time(text, T0)
+
+
+@pytest.mark.parametrize(
+    ("args", "answer", "message"),
+    [
+        (["--requests-query", "sum(increase(http_requests_total[{range}]))"], [], "returned no series"),
+        (["--requests-query", "sum(x[{range}])"], [{"metric": {}}], "did not return an instant vector or a scalar"),
+        (["--requests", "0"], None, "must be a number > 0, got 0"),
+        (["--requests", "-5"], None, "must be a number > 0, got -5"),
+        (["--requests", "nan"], None, "must be a number > 0, got nan"),
+    ],
+)
+def test_requests_that_give_no_sci_are_refused_not_reported_as_none(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], answer: object, message: str
+) -> None:
+    monkeypatch.setattr(report_cli, "fetch", lambda *a: fetched())
+    ns = report_cli._parser().parse_args(["--namespace", "shop", "--start", str(T0), "--end", str(T0 + 180), "--per", "request", *args])
+    with pytest.raises(ReportError, match=message):
+        report_cli.run(ns, Recorded(answer), T0)  # type: ignore[arg-type]
+
+
+def test_a_scalar_answer_to_the_requests_query_is_the_number_of_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report_cli, "fetch", lambda *a: fetched())
+    ns = report_cli._parser().parse_args(
+        ["--namespace", "shop", "--start", str(T0), "--end", str(T0 + 180), "--per", "request", "--requests-query", "scalar(x)"]
+    )
+    rep = report_cli.run(ns, Recorded([T0 + 180, "250"]), T0)  # type: ignore[arg-type]
+    assert rep.units == 250.0
+
+
+def test_per_run_counts_a_run_name_once_in_each_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nextflow names runs at random (happy_euler): two namespaces' runs of one name are two runs."""
+    data = fetched()
+    data.runs[("shop", "p1")] = ("happy_euler", "FASTQC")  # wf/p2 is happy_euler too
+    monkeypatch.setattr(report_cli, "fetch", lambda *a: data)
+    ns = report_cli._parser().parse_args(["--namespace", "shop", "--start", str(T0), "--end", str(T0 + 180), "--per", "run"])
+    assert report_cli.run(ns, Recorded(), T0).units == 2  # type: ignore[arg-type]
+
+
+def test_a_step_of_two_weeks_is_written_as_promql_reads_it() -> None:
+    prom = Recorded()
+    ns = report_cli._parser().parse_args(
+        ["--namespace", "shop", "--start", "2022-01-01T00:00:00Z", "--end", "2022-12-31T00:00:00Z", "--step", "2w"]
+    )
+    with pytest.raises(ReportError, match="no pod energy"):  # this Prometheus has none
+        report_cli.run(ns, prom, T0)  # type: ignore[arg-type]
+    assert any("[1209600s]" in q for q in prom.queries) and not any("e+" in q for q in prom.queries)
+    assert (query.duration(1_209_600.0), query.duration(60.0), query.duration(1.5)) == ("1209600s", "60s", "1500ms")
+
+
+def test_tenant_mode_asks_for_the_pods_nodes_in_ranges_prometheus_answers() -> None:
+    """--tenant --last 8d at the 60 s step is 11,520 steps: asked in ranges of at most 10,000."""
+    from joulesched.impact import tenant
+
+    prom = Recorded()
+    steps = T0 + 60.0 * np.arange(1, 8 * 1440 + 1)
+    assert tenant._cpu_seconds(prom, {"vm-a": "SRV-1"}, steps, 60.0, T0, []) == {}  # type: ignore[arg-type]
+    assert [(first, last) for first, last, _ in prom.steps] == [
+        (steps[0], steps[9_999]),
+        (steps[10_000], steps[-1]),
+    ]
