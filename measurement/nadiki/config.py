@@ -17,7 +17,9 @@ code; an example with every field::
         discover: true                  # fill CPUs, sockets, memory, disks and GPUs from the host
         rated_power: 1.1                # kW (optional, like everything below)
         total_cpu_sockets: 2
-        installed_cpus: [{vendor: Intel, type: Xeon Gold 6338, physical_core_count: 32}]
+        installed_cpus:                 # one entry per CPU installed (tenants add up their cores)
+          - {vendor: Intel, type: Xeon Gold 6338, physical_core_count: 32}
+          - {vendor: Intel, type: Xeon Gold 6338, physical_core_count: 32}
         number_of_psus: 2
         total_installed_memory: 512     # GB
         number_of_memory_units: 16
@@ -168,13 +170,20 @@ def parse_provider_config(document: Any, where: str = "nadiki", path: str = "nad
         c.problem(f"{spath}.product_passport", f"must be a mapping, got {passport!r}")
         passport = None
     description_text = c.string(server, "description", spath, default=None)
+    sockets = c.integer(server, "total_cpu_sockets", spath, minimum=1)
+    cpus = _processors(c, server, "installed_cpus", spath, cores=True)
+    if sockets is not None and len(cpus) > sockets:
+        c.problem(
+            f"{spath}.installed_cpus",
+            f"lists {len(cpus)} CPUs for {sockets} sockets (total_cpu_sockets): one entry per CPU installed",
+        )
     description = ServerDescription(
         facility_id=facility or "",
         rack_id=rack or "",
         cooling_type=cooling or "air",
         rated_power=rated_power,
-        total_cpu_sockets=c.integer(server, "total_cpu_sockets", spath, minimum=1),
-        installed_cpus=_processors(c, server, "installed_cpus", spath, cores=True),
+        total_cpu_sockets=sockets,
+        installed_cpus=cpus,
         number_of_psus=c.integer(server, "number_of_psus", spath, minimum=1),
         total_installed_memory=c.integer(server, "total_installed_memory", spath, minimum=0),
         number_of_memory_units=c.integer(server, "number_of_memory_units", spath, minimum=0),

@@ -46,15 +46,29 @@ def counter_samples(snapshot: Any) -> list[CounterSample]:
 
     A source's total is the sum of its top-level zones (``parent`` None) in the domains that
     source contributes: platform for IPMI/Redfish, package + DRAM for RAPL, gpu for NVML.
+
+    A source that is down, or one of whose zones is not being read (its power gauge absent:
+    unread past ``stale_seconds``, or a gap), gives no sample: its total stands still while it
+    is not read, and would be pushed as windows of 0 J, where the next source of the field is
+    to fill them (docs/provider.md). Its next sample spans the time it was away, unless the
+    agent could not measure some of it (``unmeasured_seconds`` grew: the windows restart).
     """
+    down = {s.name for s in snapshot.sources if not s.up}
     totals: dict[str, float] = {}
     for zone in snapshot.zones:
         if zone.parent is not None:
             continue
         if zone.domain in PLATFORM_DOMAINS or zone.domain in CPU_DOMAINS or zone.domain in GPU_DOMAINS:
+            if zone.present and zone.watts is None:
+                down.add(zone.source)
             totals[zone.source] = totals.get(zone.source, 0.0) + float(zone.joules_total)
+    for source in down:
+        totals.pop(source, None)
+    unmeasured: dict[str, float] = {}
+    for source, _zone, _kind, seconds in (*snapshot.discarded, *snapshot.estimated):
+        unmeasured[source] = unmeasured.get(source, 0.0) + seconds
     at = float(snapshot.wall_time)  # the time series is indexed by the time of day
-    return [CounterSample(at, source, joules) for source, joules in sorted(totals.items())]
+    return [CounterSample(at, source, joules, unmeasured.get(source, 0.0)) for source, joules in sorted(totals.items())]
 
 
 def samples_from_snapshots(snapshots: Iterable[Any]) -> Iterator[CounterSample]:

@@ -53,9 +53,12 @@ MAX_BACKOFF_S = 300.0
 class CounterSample:
     """One read of a source's energy counter: joules since some origin, never decreasing."""
 
-    timestamp: float  # seconds since the epoch (the agent's clock)
+    timestamp: float  # seconds since the epoch (the time of day)
     source: str  # e.g. ipmi_dcmi, redfish, rapl_sysfs
     joules_total: float
+    # seconds of the source's time the agent could not measure so far (gaps it estimated or
+    # discarded, which joules_total leaves out): when it grows, the counter missed energy
+    unmeasured_seconds: float = 0.0
 
 
 class WindowAccumulator:
@@ -65,6 +68,7 @@ class WindowAccumulator:
         self.g = granularity
         self.max_gap_s = max_gap_s
         self.last: tuple[float, float] | None = None
+        self.unmeasured = 0.0
         self.complete_from = math.inf  # windows starting before this were not seen from their start
         self.partial: dict[int, float] = {}  # window start -> joules so far
 
@@ -73,14 +77,18 @@ class WindowAccumulator:
         self.partial.clear()
         self.complete_from = math.ceil(t / self.g) * self.g
 
-    def add(self, t: float, e: float) -> tuple[list[tuple[int, float]], str | None]:
+    def add(self, t: float, e: float, unmeasured: float = 0.0) -> tuple[list[tuple[int, float]], str | None]:
         """Add a sample; return the windows it completed as (start, joules), and a note if it restarted."""
+        missed, self.unmeasured = unmeasured - self.unmeasured, max(unmeasured, self.unmeasured)
         if self.last is None:
             self._restart(t, e)
             return [], None
         t1, e1 = self.last
         if t <= t1:
             return [], None  # duplicate or out of order: the counter's next sample covers it
+        if missed > 0:
+            self._restart(t, e)
+            return [], f"{missed:.0f} s of the source's energy could not be measured (a gap); windows restart"
         if e < e1:
             self._restart(t, e)
             return [], f"counter went back from {e1:.3f} J to {e:.3f} J (reset); windows restart"
@@ -153,6 +161,8 @@ class InfluxWriter:
                 ) from err
             if err.code == 413:
                 raise PushFailed(f"{where}: HTTP 413 request too large", err.code, retry=False) from err
+            if err.code == 422:  # InfluxDB v2: points it will never take (past the retention, a type conflict)
+                raise PushFailed(f"{where}: HTTP 422 {detail} — the lines were refused", err.code, retry=False) from err
             raise PushFailed(
                 f"{where}: HTTP {err.code} {detail}", err.code, retry=True, retry_after=retry_after
             ) from err
@@ -238,6 +248,7 @@ class Pusher:
         self.notes: list[str] = []
         self._lock = threading.Lock()
         self._backlog: deque[str] = deque()
+        self._overflowed = 0  # lines dropped from the backlog's head so far (a write in flight may hold them)
         self._max_backlog = max_backlog_lines
         self._failures = 0
         self._next_attempt = -math.inf
@@ -292,7 +303,7 @@ class Pusher:
                     accumulator = series.accumulators[sample.source] = WindowAccumulator(
                         series.point.granularity_seconds, self.max_gap_s
                     )
-                windows, note = accumulator.add(sample.timestamp, sample.joules_total)
+                windows, note = accumulator.add(sample.timestamp, sample.joules_total, sample.unmeasured_seconds)
                 if note:
                     log.warning("nadiki %s from %s: %s", series.point.field, sample.source, note)
                 for start, joules in windows:
@@ -332,6 +343,7 @@ class Pusher:
         self.stats.lines_queued += 1
         while len(self._backlog) > self._max_backlog:
             self._backlog.popleft()
+            self._overflowed += 1
             self.stats.lines_dropped_backlog += 1
             if self.stats.lines_dropped_backlog == 1:
                 log.error(
@@ -347,12 +359,24 @@ class Pusher:
     def due(self) -> bool:
         return self.pending() > 0 and self.clock() >= self._next_attempt
 
+    def _take(self, batch: list[str], overflowed: int) -> None:
+        """Take a batch that was written or refused off the backlog's head: those of its lines that
+        are still there (a backlog that overflowed meanwhile dropped the oldest, the batch's)."""
+        gone = min(self._overflowed - overflowed, len(batch))
+        for _ in range(len(batch) - gone):
+            self._backlog.popleft()
+        self.stats.lines_dropped_backlog -= gone  # they were not dropped: the batch held them
+
     def flush(self) -> int:
-        """Write the backlog in batches; return the lines written. Failures are kept for a retry."""
+        """Write the backlog in batches; return the lines written. Failures are kept for a retry.
+        A token refused (401/403) asks the registrar for the current timeSeriesConfig once a
+        flush, and the batch is tried again with it."""
         written = 0
+        asked = False
         while True:
             with self._lock:
                 batch = list(self._backlog)[:BATCH_LINES]
+                overflowed = self._overflowed
                 writer = self._writer
             if not batch:
                 return written
@@ -361,17 +385,15 @@ class Pusher:
             except PushFailed as err:
                 self.stats.writes_failed += 1
                 self.stats.last_error = str(err)
-                if err.status in (401, 403) and self.on_unauthorized is not None and self._failures == 0:
-                    self._failures += 1
+                if err.status in (401, 403) and self.on_unauthorized is not None and not asked:
+                    asked = True
                     refreshed = self.on_unauthorized()
                     if refreshed is not None:
                         self.use(refreshed)
                         continue
                 if not err.retry:
                     with self._lock:
-                        for _ in batch:
-                            if self._backlog:
-                                self._backlog.popleft()
+                        self._take(batch, overflowed)
                     self.stats.lines_dropped_rejected += len(batch)
                     log.error("nadiki: %s; dropped %d lines, the first: %s", err, len(batch), batch[0])
                     continue
@@ -386,8 +408,7 @@ class Pusher:
                 )
                 return written
             with self._lock:
-                for _ in batch:
-                    self._backlog.popleft()
+                self._take(batch, overflowed)
             written += len(batch)
             self.stats.lines_written += len(batch)
             self._failures = 0

@@ -80,12 +80,15 @@ def test_an_arm_host_without_memory_blocks_is_described_as_far_as_it_can_be(tmp_
 
 
 def _zone(source: str, zone: str, domain: str, joules: float, parent: str | None = None) -> ZoneSnapshot:
-    return ZoneSnapshot(source, zone, domain, "counter", parent, None, joules, None, True)
+    return ZoneSnapshot(source, zone, domain, "counter", parent, None, joules, 100.0, True)
 
 
 def test_snapshot_totals_per_source_never_count_a_part_on_top_of_its_whole() -> None:
     snapshot = SimpleNamespace(
         wall_time=1_767_268_830.5,
+        sources=(),
+        discarded=(),
+        estimated=(),
         zones=(
             _zone("rapl_sysfs", "package-0", "package", 1000.0),
             _zone("rapl_sysfs", "package-1", "package", 900.0),
@@ -124,3 +127,59 @@ def test_the_shipped_provider_example_is_valid() -> None:
     }
     for name, options in example["sources"]["options"].items():
         assert set(options) <= known[name], f"{name}: {set(options) - known[name]}"
+
+
+def test_more_cpus_than_sockets_is_refused_and_fewer_is_an_empty_socket() -> None:
+    cpu = {"vendor": "Intel", "type": "Xeon Gold 6338", "physical_core_count": 32}
+    server = {"facility_id": "F", "rack_id": "R", "discover": False, "total_cpu_sockets": 1, "installed_cpus": [cpu, cpu]}
+    with pytest.raises(ConfigError) as info:
+        parse_provider_config({"registrar_url": "https://registry.example/v1", "server": server})
+    assert "nadiki.server.installed_cpus: lists 2 CPUs for 1 sockets (total_cpu_sockets): one entry per CPU installed" in (
+        info.value.problems
+    )
+    one_of_two = parse_provider_config(
+        {"registrar_url": "https://registry.example/v1", "server": {**server, "total_cpu_sockets": 2, "installed_cpus": [cpu]}}
+    )
+    assert len(one_of_two.server.installed_cpus) == 1
+
+
+def test_a_source_that_is_not_being_read_gives_no_sample_and_the_next_source_fills_its_windows() -> None:
+    """IPMI down for 90 s: its total stands still; the windows of that time come from Redfish, not
+    as 0 J from IPMI (docs/provider.md)."""
+    from joulesched.measurement.meter import EnergyMeter
+    from joulesched.measurement.nadiki.model import DataPoint, TimeSeriesConfig
+    from joulesched.measurement.nadiki.pusher import Pusher
+    from tests.measurement.fakes import FakeSource, FakeZone
+    from tests.support import Clock
+
+    t0 = 1_767_268_805.0
+    clock = Clock(t0)
+    ipmi = FakeSource("ipmi_dcmi", [FakeZone("platform", "platform", "power", clock, 250.0)])
+    redfish = FakeSource("redfish", [FakeZone("chassis-1", "platform", "power", clock, 260.0)])
+    meter = EnergyMeter([ipmi, redfish], clock=clock, max_gap_seconds=30.0)
+    field = "server_energy_consumption_joules"
+    tags = {"facility_id": "F", "rack_id": "R", "server_id": "S", "country_code": "NLD"}
+    written: list[str] = []
+    pusher = Pusher(
+        TimeSeriesConfig("http://unused", "o", "b", "t", (DataPoint("server", field, 30, tags),)),
+        {field: ("ipmi_dcmi", "redfish")},
+        writer=written.extend,
+        clock=clock,
+    )
+    for i in range(200):
+        clock.now = t0 + i
+        ipmi.zone("platform").fail = "ipmi_dcmi: no answer within 15 s" if 60 <= i < 150 else ""
+        meter.read()
+        zones = tuple(
+            ZoneSnapshot(z.source, z.zone, z.domain, z.kind, z.parent, z.max_joules, nj / 1e9, watts, present)
+            for z, nj, present, watts, _ in meter.zone_states()
+        )
+        discarded = tuple((s, z, k, sec) for (s, z, k), sec in meter.discarded_seconds.items())
+        read = SimpleNamespace(wall_time=clock.now, zones=zones, sources=meter.source_snapshots(), discarded=discarded, estimated=())
+        for sample in counter_samples(read):
+            pusher.add(sample)
+        pusher.flush()
+    joules = {int(line.rsplit(" ", 1)[1]): float(line.split(" ")[1].split("=")[1]) for line in written}
+    assert joules[1_767_268_830] == pytest.approx(7500.0), "IPMI while it answered"
+    assert [joules[s] for s in (1_767_268_890, 1_767_268_920)] == [pytest.approx(7800.0)] * 2, "Redfish while IPMI was down"
+    assert all(j > 7000.0 for j in joules.values()), sorted(joules.items())

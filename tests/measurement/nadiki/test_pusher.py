@@ -213,9 +213,10 @@ def test_an_unreachable_endpoint_keeps_the_lines_and_retries_in_order() -> None:
         assert [p.fields[SERVER] for p in server.state.lines] == [pytest.approx(7500.0)] * 2
 
 
-def test_lines_the_endpoint_rejects_as_malformed_are_dropped_and_counted() -> None:
+@pytest.mark.parametrize("status", [400, 422], ids=["malformed", "refused (InfluxDB: past the retention)"])
+def test_lines_the_endpoint_rejects_are_dropped_and_counted_not_retried_for_ever(status: int) -> None:
     with RegistrarServer() as server:
-        server.state.write_failures = [(400, {})]
+        server.state.write_failures = [(status, {})]
         clock = Clock(T0)
         pusher = Pusher(time_series(server, (SERVER,)), FIELDS, clock=clock)
         feed(pusher, clock, 100, {"ipmi_dcmi": 250.0})
@@ -237,6 +238,43 @@ def test_a_refused_token_is_refreshed_once_and_the_lines_sent_with_the_new_one()
         feed(pusher, clock, 62, {"ipmi_dcmi": 250.0})
         assert refreshed == [True]
         assert [p.timestamp for p in server.state.lines] == [1_767_268_830]
+
+
+def test_a_token_rotated_during_an_outage_is_asked_for_once_the_endpoint_answers_again() -> None:
+    with RegistrarServer() as server:
+        server.state.write_failures = [(503, {}), (503, {})]  # down; meanwhile the token rotates
+        server.state.token = "token-2"
+        clock = Clock(T0)
+        refreshed = []
+
+        def refresh() -> TimeSeriesConfig:
+            refreshed.append(clock.now)
+            return time_series(server, (SERVER,), token="token-2")
+
+        pusher = Pusher(time_series(server, (SERVER,), token="token-1"), FIELDS, clock=clock, on_unauthorized=refresh)
+        feed(pusher, clock, 200, {"ipmi_dcmi": 250.0})
+        assert len(refreshed) == 1, "asked at the first 401, after the two 503s"
+        assert [p.timestamp for p in server.state.lines] == [1_767_268_830 + 30 * k for k in range(5)], "none lost"
+
+
+def test_windows_queued_while_a_write_is_in_flight_are_sent_or_kept_never_dropped_unsent() -> None:
+    """The backlog overflows during a write (Pusher.add from the sampling thread): the lines it
+    drops are the batch's, already being sent, and the ones queued meanwhile stay queued."""
+    sent: list[str] = []
+
+    def writer(lines: list[str]) -> None:
+        sent.extend(lines)
+        for i in (8, 9, 10):  # the sampling thread adds three windows meanwhile
+            pusher.add(CounterSample(T0 + i, "ipmi_dcmi", 100.0 * i))
+
+    ts = TimeSeriesConfig("http://unused", "o", "b", "t", (DataPoint("server", SERVER, 1, TAGS),))
+    pusher = Pusher(ts, FIELDS, writer=writer, clock=Clock(math.inf), max_backlog_lines=5)
+    for i in range(8):
+        pusher.add(CounterSample(T0 + i, "ipmi_dcmi", 100.0 * i))
+    pusher.flush()
+    stamps = [int(line.rsplit(" ", 1)[1]) for line in sent]
+    assert stamps == [int(T0) + k for k in range(2, 10)], "the first batch, then the three queued during it"
+    assert pusher.pending() == 0 and pusher.stats.lines_written == 8 and pusher.stats.lines_dropped_backlog == 2
 
 
 def test_the_backlog_is_bounded_and_drops_the_oldest() -> None:
