@@ -289,7 +289,10 @@ class FileIntensity:
         outside: str = "error",
         recheck_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        series: IntensitySeries | None = None,
     ) -> None:
+        """``series``: the file as just read (the site file's check reads it first), kept until
+        the file changes."""
         self.path = str(path)
         self.column = column
         self.missing = missing
@@ -298,10 +301,16 @@ class FileIntensity:
         self.clock = clock
         self.error = ""
         self.reads = 0
-        self._series: IntensitySeries | None = None
+        self._series: IntensitySeries | None = series
         self._stamp: tuple[float, int] | None = None
         self._checked_at = -math.inf
         self._lock = threading.Lock()
+        if series is not None:
+            try:
+                st = os.stat(self.path)
+                self._stamp = (st.st_mtime, st.st_size)  # the first question looks whether it changed since
+            except OSError:
+                pass  # looked at again at the first question
 
     @property
     def name(self) -> str:
@@ -330,7 +339,8 @@ class FileIntensity:
                 self.error = str(err)
             self._stamp = stamp
 
-    def _current(self) -> IntensitySeries:
+    def current_series(self) -> IntensitySeries:
+        """The series as last read (the file looked at first, at most every ``recheck_seconds``)."""
         self.refresh()
         series = self._series
         if series is None:
@@ -340,10 +350,10 @@ class FileIntensity:
         return series
 
     def at(self, t: float) -> float:
-        return self._current().at(t)
+        return self.current_series().at(t)
 
     def integral(self, a: float, b: float) -> float:
-        return self._current().integral(a, b)
+        return self.current_series().integral(a, b)
 
 
 # -- site files --------------------------------------------------------------------------------
@@ -491,11 +501,13 @@ def _parse_carbon(
         return None
     resolved = _resolve(file, base_dir)
     try:
-        source: CarbonIntensitySource = read_intensity_csv(resolved, column, missing=missing, outside=outside)
+        first = read_intensity_csv(resolved, column, missing=missing, outside=outside)
     except SeriesFileError as err:
         for problem in err.problems:
             check.problem(f"{spath}.file", f"{resolved}: {problem}")
         return None
+    # read again when it changes: a cron job refreshing it from a grid operator is a live signal
+    source: CarbonIntensitySource = FileIntensity(resolved, column, missing=missing, outside=outside, series=first)
     if fallback is not None:
         source = WithFallback(source, ConstantIntensity(fallback, f"fallback {fallback:g} g/kWh"))
     return source

@@ -69,8 +69,10 @@ def gate_patch(pod: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[str]]
     return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}], []
 
 
-def review(body: bytes) -> dict[str, Any]:
-    """The AdmissionReview answer to one request body; :class:`ReviewError` for a malformed one."""
+def review(body: bytes, namespace: str = "") -> dict[str, Any]:
+    """The AdmissionReview answer to one request body; :class:`ReviewError` for a malformed one.
+    ``namespace``: the one namespace the deferrer watches (``--namespace``; "" for all): a pod of
+    another is left ungated, since nothing would release it."""
     try:
         doc = json.loads(body)
     except ValueError as err:
@@ -91,6 +93,9 @@ def review(body: bytes) -> dict[str, Any]:
     kind = (request.get("kind") or {}).get("kind")
     if request.get("operation") == "CREATE" and kind == "Pod" and isinstance(pod, dict):
         patch, warnings = gate_patch(pod)
+        where = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+        if patch and namespace and where != namespace:
+            patch, warnings = [], [f"{GATE}: not added, the deferrer releases pods of namespace {namespace} only"]
         if patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -122,7 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": f"Content-Length must be 1..{MAX_BODY}"})
             return
         try:
-            answer = review(self.rfile.read(length))
+            answer = review(self.rfile.read(length), getattr(self.server, "namespace", ""))
         except ReviewError as err:
             self._send(400, {"error": str(err)})
             return
@@ -147,9 +152,10 @@ class _TLSServer(ThreadingHTTPServer):
     daemon_threads = True
     handshake_timeout = 10.0
 
-    def __init__(self, address: tuple[str, int], ctx: ssl.SSLContext) -> None:
+    def __init__(self, address: tuple[str, int], ctx: ssl.SSLContext, namespace: str = "") -> None:
         super().__init__(address, _Handler)
         self.ctx = ctx
+        self.namespace = namespace
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(self.handshake_timeout)
@@ -161,9 +167,10 @@ class _TLSServer(ThreadingHTTPServer):
 
 
 class WebhookServer:
-    """``POST /mutate`` over TLS on ``host:port`` in a daemon thread."""
+    """``POST /mutate`` over TLS on ``host:port`` in a daemon thread; ``namespace``: the one the
+    deferrer watches ("" for all)."""
 
-    def __init__(self, host: str, port: int, cert_file: str, key_file: str) -> None:
+    def __init__(self, host: str, port: int, cert_file: str, key_file: str, namespace: str = "") -> None:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
@@ -172,7 +179,7 @@ class WebhookServer:
             raise ExtenderError(
                 f"webhook TLS: cannot load --tls-cert {cert_file} / --tls-key {key_file}: {err}"
             ) from err
-        self.httpd = _TLSServer((host, port), ctx)
+        self.httpd = _TLSServer((host, port), ctx, namespace)
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="webhook", daemon=True)
 

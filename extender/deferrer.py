@@ -231,11 +231,19 @@ class Deferrer:
     step: float = DEFAULT_STEP
     tolerance: float = DEFAULT_TOLERANCE
     interval: float = 30.0
+    # the longest wait for the next tick: the interval from the end of this one, the loop's poll
+    # (--retry-period) and the tick itself (None: 1.5 intervals + 2 s, the poll's default); a pod
+    # whose latest start comes first is released now
+    next_tick_within: float | None = None
     watts_per_core: float = DEFAULT_WATTS_PER_CORE
     site_label: str = m.SITE_LABEL
     metrics: DeferrerMetrics = field(default_factory=DeferrerMetrics)
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _released: dict[str, str] = field(default_factory=dict)  # uid -> resourceVersion released from
+
+    def __post_init__(self) -> None:
+        if self.next_tick_within is None:
+            self.next_tick_within = 1.5 * self.interval + 2.0
 
     def tick(self, pods: Iterable[Mapping[str, Any]]) -> list[Outcome]:
         """Evaluate every gated pod of ``pods`` (the cache's unscheduled pods) once."""
@@ -274,7 +282,9 @@ class Deferrer:
             )
         forecast, where = forecast_for(self.catalogue, pod_sites(pod, self.site_label))
         try:
-            decision = decide(terms, now, forecast, step=self.step, tolerance=self.tolerance)
+            decision = decide(
+                terms, now, forecast, step=self.step, tolerance=self.tolerance, next_decision=now + (self.next_tick_within or 0.0)
+            )
         except Exception as err:  # a source that fails in a way of its own: never hold on it
             self.metrics.errors.labels("forecast").inc()
             log.warning("%s/%s: forecast for %s failed (%s); releasing", ns, name, where, err)
@@ -864,6 +874,7 @@ def run(args: argparse.Namespace) -> int:
         step=args.step,
         tolerance=args.tolerance,
         interval=args.interval,
+        next_tick_within=1.5 * args.interval + args.retry_period,
         watts_per_core=args.watts_per_core,
         site_label=args.site_label,
         metrics=metrics,
@@ -888,7 +899,7 @@ def run(args: argparse.Namespace) -> int:
             health.webhook = f"off: no certificate at {', '.join(missing)}"
             log.warning("webhook not served: %s (docs/deferral.md: the webhook's certificate)", ", ".join(missing))
         else:
-            webhook = WebhookServer(*webhook_at, args.tls_cert, args.tls_key)
+            webhook = WebhookServer(*webhook_at, args.tls_cert, args.tls_key, args.namespace)
             webhook.start()
             health.webhook = f"serving on {args.webhook_listen}"
     httpd = serve_http(*listen, health, metrics.registry, stale_after=3 * max(args.interval, args.retry_period) + 30)

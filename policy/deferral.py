@@ -9,11 +9,14 @@ both call it; neither has its own rule.
 The rule, for a pod submitted at ``submitted`` with expected runtime ``T`` and deadline ``D``:
 
 * the **latest start** is ``D − T``; a pod is never released later than that. When ``now`` has
-  reached it the pod is released at once (``deadline``), and a pod whose deadline has already
-  passed (or whose runtime does not fit before it) is released at once too (``expired``);
+  reached it, or the caller's next decision would come after it (``next_decision``: a deferrer
+  decides once a tick), the pod is released at once (``deadline``), and a pod whose deadline has
+  already passed (or whose runtime does not fit before it) is released at once too (``expired``);
 * the **plan** is the start ``s`` in ``[now, latest start]``, on a grid of ``step`` seconds from
   ``now`` (the latest start itself is always a candidate), whose run ``[s, s + T]`` has the
-  lowest mean intensity ``∫ I dt / T`` under the forecast; ties go to the earliest start;
+  lowest mean intensity ``∫ I dt / T`` under the forecast; ties go to the earliest start (means
+  within ``TIE`` of each other, relative, are ties: a flat forecast's means differ in the last
+  bits of their sums);
 * the pod is released (``clean``) when starting now is within ``tolerance`` (a fraction) of the
   plan's mean intensity — i.e. now is in the cleanest part of its window — and held otherwise,
   to be decided again at the next tick (the forecast may have changed);
@@ -24,7 +27,9 @@ The rule, for a pod submitted at ``submitted`` with expected runtime ``T`` and d
 Pod terms come from annotations (:func:`deferral_from_pod`): ``joulesched.io/deadline`` (RFC 3339)
 or ``joulesched.io/max-delay-seconds`` (from the pod's creation), and the runtime from
 ``joulesched.io/expected-runtime-seconds`` (the same annotation the scorer reads). A pod with a
-deadline but no runtime is treated as runtime 0: it may start as late as its deadline.
+deadline but no runtime is treated as runtime 0: it may start as late as its deadline. A
+deadline more than ``MAX_DELAY_SECONDS`` after the pod's creation is refused as a delay is (a
+typo for a year that far ahead would otherwise be a search over decades of candidates).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ DEFAULT_TOLERANCE = 0.02  # release when now is within 2 % of the cleanest start
 
 REASONS = ("clean", "deadline", "expired", "no_forecast", "hold")
 LOWEST_RESOLUTION = 300.0  # s: cells of the pointwise minimum (hourly and 5-minute grid data align to it)
+TIE = 1e-9  # relative: means closer than this are equal
 
 
 @dataclass(frozen=True)
@@ -135,9 +141,15 @@ class LowestOf:
         best = np.full(lo.shape, np.inf)
         for source in self.sources:
             try:
-                best = np.minimum(best, interval_means(source, lo, hi))
-            except IntensityUnavailable:
-                continue
+                means = interval_means(source, lo, hi)
+            except IntensityUnavailable:  # not every cell: those it has, one by one
+                means = np.full(lo.shape, np.inf)
+                for i in range(len(lo)):
+                    try:
+                        means[i] = interval_means(source, lo[i : i + 1], hi[i : i + 1])[0]
+                    except IntensityUnavailable:
+                        continue
+            best = np.minimum(best, means)
         if not np.all(np.isfinite(best)):
             raise IntensityUnavailable(f"{self.name}: no source covers {a:.0f} to {b:.0f}")
         return lo, hi, best
@@ -193,13 +205,15 @@ def decide(
     *,
     step: float = DEFAULT_STEP,
     tolerance: float = DEFAULT_TOLERANCE,
+    next_decision: float | None = None,
 ) -> Decision:
-    """Release or hold ``deferral`` at ``now`` under ``forecast`` (the module docstring's rule)."""
+    """Release or hold ``deferral`` at ``now`` under ``forecast`` (the module docstring's rule);
+    ``next_decision``: when the caller decides next (None: at any time it needs)."""
     if not 0 <= tolerance < 1:
         raise PolicyError(f"deferral: tolerance must be in [0, 1), got {tolerance!r}")
-    if now >= deferral.deadline or deferral.latest_start < deferral.submitted:
+    if deferral.latest_start < deferral.submitted or (now >= deferral.deadline and now > deferral.latest_start):
         return Decision(True, "expired", now)
-    if now >= deferral.latest_start:
+    if now >= deferral.latest_start or (next_decision is not None and next_decision > deferral.latest_start):
         return Decision(True, "deadline", now)
     if forecast is None:
         return Decision(True, "no_forecast", now)
@@ -208,9 +222,10 @@ def decide(
     covered = np.isfinite(means)
     if not covered[0]:
         return Decision(True, "no_forecast", now)
-    best = int(np.argmin(np.where(covered, means, np.inf)))
+    scored = np.where(covered, means, np.inf)
+    best = int(np.argmax(scored <= scored.min() * (1.0 + TIE)))  # the earliest of the ties
     now_mean, best_mean = float(means[0]), float(means[best])
-    if best == 0 or now_mean <= best_mean * (1.0 + tolerance):
+    if best == 0 or now_mean <= best_mean * (1.0 + tolerance) * (1.0 + TIE):
         return Decision(True, "clean", now, now_mean, best_mean)
     return Decision(False, "hold", float(starts[best]), now_mean, best_mean)
 
@@ -260,5 +275,10 @@ def deferral_from_pod(pod: Mapping[str, Any], created: float) -> Deferral | None
         deadlines.append(created + delay)
     if not deadlines:
         return None
+    if min(deadlines) - created > MAX_DELAY_SECONDS:  # only a deadline annotation can be that far
+        raise PolicyError(
+            f"Pod annotation {DEADLINE_ANNOTATION}: must be within {MAX_DELAY_SECONDS:g} seconds of the pod's "
+            f"creation, got {str(annotations.get(DEADLINE_ANNOTATION))[:64]!r}"
+        )
     runtime = expected_runtime(pod) or 0.0
     return Deferral(submitted=created, deadline=min(deadlines), runtime=runtime)

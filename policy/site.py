@@ -71,6 +71,16 @@ class CarbonIntensitySource(Protocol):
         ...
 
 
+@runtime_checkable
+class HoldsSeries(Protocol):
+    """A source whose answers come from a step series it holds now (a file it re-reads when the
+    file changes): :func:`interval_means` integrates that series in one vectorised step."""
+
+    def current_series(self) -> IntensitySeries:
+        """The series now; raises :class:`IntensityUnavailable` when there is none."""
+        ...
+
+
 @dataclass(frozen=True)
 class ConstantIntensity:
     value: float  # gCO2e/kWh
@@ -280,6 +290,8 @@ def interval_means(source: CarbonIntensitySource, starts: FloatArray, ends: Floa
     if a.shape != b.shape:
         raise ValueError("interval_means: starts and ends must have the same shape")
     width = b - a
+    if isinstance(source, HoldsSeries):
+        source = source.current_series()
     if isinstance(source, IntensitySeries):
         integral = source.integrals(a, b)
     elif isinstance(source, ConstantIntensity):

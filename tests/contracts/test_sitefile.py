@@ -102,8 +102,9 @@ def test_a_site_file_with_every_kind_of_site(tmp_path: Path) -> None:
     assert registered.pue == 1.3 and registered.facility_id == "FACILITY-USA-002"
     # the series: the empty hour interpolated, held outside, and a fallback around it
     assert isinstance(mixed.carbon, WithFallback)
-    series = mixed.carbon.primary
-    assert isinstance(series, IntensitySeries)
+    assert isinstance(mixed.carbon.primary, FileIntensity), "read again when the file changes"
+    series = mixed.carbon.primary.current_series()
+    assert isinstance(series, IntensitySeries) and mixed.carbon.primary.reads == 0, "the check's read is kept"
     assert series.values.tolist() == [400.0, 250.0, 100.0] and series.filled == 1
     assert series.end == T0 + 3 * 3600
     assert mixed.carbon.integral(T0, T0 + 3 * 3600) == pytest.approx((400 + 250 + 100) * 3600)

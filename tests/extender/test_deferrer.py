@@ -10,6 +10,7 @@ import base64
 import copy
 import json
 import math
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -430,8 +431,9 @@ def test_webhook_adds_the_gate_to_an_opting_in_pod() -> None:
     assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
     assert answer["response"]["uid"] == "705ab4f5-6393-11e8-b7cc-42010a800002" and answer["response"]["allowed"]
     assert patch_of(answer) == [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]
-    # beside another gate: appended
-    with_other = make_pod("p", {DEADLINE_ANNOTATION: "2030-01-01T00:00:00Z"}, gates=[OTHER_GATE])
+    # beside another gate: appended (a deadline is at most a month ahead: admission reads it now)
+    soon = datetime.fromtimestamp(time.time() + 86400, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with_other = make_pod("p", {DEADLINE_ANNOTATION: soon}, gates=[OTHER_GATE])
     assert patch_of(review(admission_review(with_other))) == [
         {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE}}
     ]
@@ -586,7 +588,8 @@ def test_a_deadline_release_is_accounted_from_the_forecast() -> None:
             "d", {DEADLINE_ANNOTATION: "2026-01-01T08:00:00Z", RUNTIME_ANNOTATION: str(3 * H)}, site="north", cpu="1"
         )
     )
-    d = deferrer(api, clock, step=H, tolerance=0.0)  # no early release a minute before
+    # no early release a minute before; ticks exactly on the minute, so none is late
+    d = deferrer(api, clock, step=H, tolerance=0.0, next_tick_within=0.0)
     run_until(d, api, clock, T0 + 5 * H + 120)
     assert value(d, "joulesched_deferrer_released_total", {"reason": "deadline"}) == 1
     kwh = 1 * 3.3 * 1.5 * 3 * H / 3.6e6
@@ -633,3 +636,52 @@ def test_the_baseline_at_submission_is_the_decisions_mean_over_the_run_however_s
         decision = decide(Deferral(submitted=t, deadline=t + 7200, runtime=runtime), t, forecast)
         assert decision.reason == "clean"
         assert _run_mean(forecast, t, runtime) == decision.now_mean
+
+
+def test_a_deferrer_ticking_as_its_loop_does_releases_before_the_latest_start() -> None:
+    """The loop ticks an interval after the last tick ended, polled every --retry-period: 31 s
+    apart here. A pod whose latest start falls before the next tick is released at this one."""
+    api, clock = FakeApi(), Clock(T0)
+    d = Deferrer(api, CATALOGUE, clock=clock, metrics=DeferrerMetrics(), interval=30.0)
+    api.add(make_pod("job", {MAX_DELAY_ANNOTATION: str(6 * H)}, site="north"))  # no runtime: latest start 6 h
+    clock.t = T0 + 6 * H - 0.5 - 31.0 * 3
+    for _ in range(4):
+        d.tick(api.snapshot())
+        clock.t += 31.0
+    assert not api.pods[("ns", "job")]["spec"].get("schedulingGates")
+    assert value(d, "joulesched_deferrer_released_total", {"reason": "deadline"}) == 1
+    assert value(d, "joulesched_deferrer_deadlines_missed_total") == 0
+
+
+def test_a_refreshed_carbon_series_file_is_read_again(tmp_path: Any) -> None:
+    """docs/deferral.md: a carbon_series CSV that the deferrer re-reads when it changes (a cron job
+    refreshing it is the way to a live forecast)."""
+    import os
+
+    from joulesched.contracts.sitefile import load_site_file
+
+    def write(start: float, values: list[float]) -> None:
+        rows = [f"{datetime.fromtimestamp(start + H * i, UTC).isoformat()},{v}" for i, v in enumerate(values)]
+        (tmp_path / "north.csv").write_text("\n".join(["timestamp,avg_CI", *rows]) + "\n")
+
+    write(T0, [300.0] * 24)  # yesterday's file: day 1 only
+    (tmp_path / "sites.yaml").write_text("sites:\n  north:\n    carbon_series: {file: north.csv, outside: error}\n")
+    catalogue = load_site_file(tmp_path / "sites.yaml")
+    write(T0 + 24 * H, [500.0] * 6 + [50.0] * 18)  # refreshed: day 2, dirty now, clean from hour 30
+    os.utime(tmp_path / "north.csv", (T0 + 25 * H, T0 + 25 * H))
+    api, clock = FakeApi(), Clock(T0 + 24 * H + 60)
+    d = Deferrer(api, catalogue, clock=clock, metrics=DeferrerMetrics(), interval=60.0)
+    api.add(make_pod("job", {MAX_DELAY_ANNOTATION: "43200", RUNTIME_ANNOTATION: "3600"}, created=T0 + 24 * H, site="north"))
+    [out] = d.tick(api.snapshot())
+    assert (out.released, out.reason) == (False, "hold"), out.message
+
+
+def test_the_webhook_of_a_deferrer_of_one_namespace_gates_only_that_namespaces_pods() -> None:
+    pod = make_pod("p", {MAX_DELAY_ANNOTATION: "3600"}, gates=[])
+    del pod["spec"]["schedulingGates"]
+    other = json.loads(admission_review(pod))
+    other["request"]["namespace"] = "team-b"
+    answer = review(json.dumps(other).encode(), namespace="ns")
+    assert "patch" not in answer["response"]
+    assert answer["response"]["warnings"] == [f"{GATE}: not added, the deferrer releases pods of namespace ns only"]
+    assert patch_of(review(admission_review(pod), namespace="ns")), "its own namespace's pods are gated"

@@ -116,3 +116,41 @@ def test_lowest_of_sites_is_the_pointwise_minimum() -> None:
     # the plan follows the cleanest site
     dec = decide(Deferral(0.0, 4 * H, H), 0.0, low)
     assert not dec.release and dec.planned_start == 2 * H
+
+
+def test_a_deadline_more_than_a_month_after_creation_is_refused_as_a_delay_is() -> None:
+    """A typo (2300 for 2030) would otherwise search decades of candidates every tick."""
+    created = 1_767_225_600.0  # 2026-01-01
+    far = {"metadata": {"annotations": {DEADLINE_ANNOTATION: "2300-01-01T00:00:00Z"}}}
+    with pytest.raises(PolicyError, match=f"{DEADLINE_ANNOTATION}: must be within 2.6784e\\+06 seconds of the pod's creation"):
+        deferral_from_pod(far, created)
+    both = {"metadata": {"annotations": {DEADLINE_ANNOTATION: "2300-01-01T00:00:00Z", MAX_DELAY_ANNOTATION: "3600"}}}
+    assert deferral_from_pod(both, created) == Deferral(created, created + 3600, 0.0), "the earlier one wins"
+
+
+def test_a_release_is_not_left_to_a_next_decision_that_comes_after_the_latest_start() -> None:
+    terms = Deferral(0.0, 9 * H, 3 * H)  # latest start 6 h: the clean hours' first instant
+    assert decide(terms, 6 * H - 30, DAY, tolerance=0.0).reason == "hold"
+    at = decide(terms, 6 * H - 30, DAY, tolerance=0.0, next_decision=6 * H + 15)
+    assert (at.release, at.reason) == (True, "deadline")
+    no_runtime = Deferral(0.0, 6 * H, 0.0)  # latest start = deadline: released as deadline there, not expired
+    assert decide(no_runtime, 6 * H, DAY).reason == "deadline"
+    assert decide(no_runtime, 6 * H + 1, DAY).reason == "expired"
+
+
+def test_a_flat_forecast_ties_to_now_even_with_no_tolerance() -> None:
+    """Means of one flat value differ in their last bits (cumulative sums): still ties."""
+    flat = IntensitySeries.regular(0.0, H, [123.456, 77.7] + [123.456] * 46, outside="error")
+    decision = decide(Deferral(0.0, 40 * H, 1800.0), 3 * H + 17, flat, tolerance=0.0)
+    assert (decision.release, decision.reason) == (True, "clean"), decision
+
+
+def test_the_lowest_of_several_sites_skips_a_site_cell_by_cell_where_it_has_no_value() -> None:
+    from joulesched.policy.deferral import LowestOf
+
+    short = IntensitySeries.regular(0.0, H, [100.0] * 10, outside="error")  # its forecast ends at hour 10
+    long = IntensitySeries.regular(0.0, H, [400.0] * 12 + [350.0] * 36, outside="error")
+    lowest = LowestOf((short, long))
+    assert lowest.integral(9 * H, 11 * H) / (2 * H) == 250.0, "100 while both answer, then 400"
+    decision = decide(Deferral(0.0, 30 * H, 2 * H), 9 * H, lowest)
+    assert (decision.release, decision.reason) == (True, "clean"), "250 now against 350 at best later"
