@@ -64,6 +64,10 @@ FALLBACK_PRIORITY = 1
 FALLBACK_REGEX = ".*"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "joulesched"}
 RE2_SPECIAL = set("\\.+*?()|[]{}^$")
+# What Python's re takes and Go's RE2 (cluster-autoscaler's regexp) refuses — lookaround, atomic
+# groups, named back-references, back-references, \Z, possessive quantifiers: one such regex
+# makes cluster-autoscaler ignore the whole priorities map.
+PYTHON_ONLY = re.compile(r"\(\?(?:[=!>(]|<[=!]|P=)|\\[1-9Z]|[*+?}]\+")
 
 
 def escape(name: str) -> str:
@@ -82,6 +86,12 @@ def check_template(template: str) -> None:
         re.compile(group_regex(template, "x"))
     except re.error as err:
         raise ExpanderError(f"--group-pattern {template!r}: not a valid regular expression: {err}") from err
+    found = PYTHON_ONLY.search(template)
+    if found:
+        raise ExpanderError(
+            f"--group-pattern {template!r}: {found.group()!r} is not RE2 syntax, which cluster-autoscaler's "
+            "regular expressions are (no lookaround, back-references, \\Z or possessive quantifiers)"
+        )
 
 
 @dataclass(frozen=True)
@@ -206,7 +216,10 @@ def apply_configmap(api: Any, cm: Mapping[str, Any]) -> str:
         core.create_namespaced_config_map(ns, cm, _request_timeout=30)
         return "created"
     labels = current.metadata.labels or {}
-    if (current.data or {}) == cm["data"] and all(labels.get(k) == v for k, v in MANAGED_BY.items()):
+    # only the key written here: another (a README someone added) stays, and is no difference
+    if (current.data or {}).get(CONFIGMAP_KEY) == cm["data"][CONFIGMAP_KEY] and all(
+        labels.get(k) == v for k, v in MANAGED_BY.items()
+    ):
         return "unchanged"
     core.patch_namespaced_config_map(
         name, ns, {"metadata": {"labels": dict(MANAGED_BY)}, "data": cm["data"]}, _request_timeout=30
@@ -296,7 +309,8 @@ def write_output(path: str, cm: Mapping[str, Any]) -> None:
         raise ExpanderError(f"--output {path}: cannot write: {err.strerror or err}") from err
 
 
-def run_once(args: argparse.Namespace, api: Any) -> tuple[dict[str, Any], str]:
+def run_once(args: argparse.Namespace, api: Any, last: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], str]:
+    """One round; ``--output`` is written only when the data differs from ``last`` round's."""
     cm, ranking = build(args, api)
     for line in ranking.skipped:
         log.info("not ranked: %s", line)
@@ -308,7 +322,7 @@ def run_once(args: argparse.Namespace, api: Any) -> tuple[dict[str, Any], str]:
         unit = "gCO2e" if args.strategy == "carbon" else "J"
         log.info("%s: %.6g %s per unit of %s work (nodes: %s)", group, e.cost, unit, "GPU" if e.gpu else "CPU",
                  ", ".join(ranking.members[group]))
-    if args.output:
+    if args.output and (last is None or last != cm["data"]):
         write_output(args.output, cm)
     outcome = apply_configmap(api, cm) if args.apply else "written"
     if args.apply:
@@ -323,8 +337,9 @@ def main(argv: Sequence[str], sleep: Callable[[float], None] = time.sleep) -> in
         check_template(args.group_pattern)
         api = None
         if args.apply or not args.group_from_name:
-            if args.kubeconfig and not os.path.isfile(args.kubeconfig):
-                raise ExpanderError(f"--kubeconfig {args.kubeconfig}: no such file")
+            missing = [p for p in (args.kubeconfig or "").split(os.pathsep) if p and not os.path.isfile(p)]
+            if missing:  # a list of files, as $KUBECONFIG may hold (kubectl's convention)
+                raise ExpanderError(f"--kubeconfig {args.kubeconfig}: no such file: {', '.join(missing)}")
             if args.apply or args.kubeconfig:
                 from joulesched.extender.kube import api_client
 
@@ -332,7 +347,7 @@ def main(argv: Sequence[str], sleep: Callable[[float], None] = time.sleep) -> in
                     api = api_client(args.kubeconfig)
                 except Exception as err:  # the config loaders raise several types
                     raise ExpanderError(f"kubernetes client config ({args.kubeconfig or 'in-cluster'}): {err}") from err
-        run_once(args, api)
+        cm, _ = run_once(args, api)
     except ExpanderError as err:
         print(f"joulesched expander: {err}", file=sys.stderr)
         return 2
@@ -344,6 +359,6 @@ def main(argv: Sequence[str], sleep: Callable[[float], None] = time.sleep) -> in
     while True:  # pragma: no branch - a controller runs until stopped
         sleep(args.watch)
         try:
-            run_once(args, api)
+            cm, _ = run_once(args, api, cm["data"])
         except Exception as err:  # keep the last ConfigMap; the next round retries
             log.error("keeping the current ConfigMap: %s", err)

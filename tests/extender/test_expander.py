@@ -9,6 +9,7 @@ matches. ``ca_best`` below does the same, so the tests check what the autoscaler
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -109,13 +110,21 @@ def test_group_names_are_escaped(tmp_path: Path) -> None:
 
 
 def test_group_pattern_maps_groups_to_autoscaler_node_group_ids(tmp_path: Path) -> None:
+    eks = "^eks-{group}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"  # docs/autoscaler.md
     cm = write(tmp_path, "--profiles", str(EXAMPLE), "--group-from-name", BY_NAME,
-               "--group-pattern", "^eks-{group}-[0-9a-f-]+$", "--no-fallback", "--namespace", "autoscaler")
+               "--group-pattern", eks, "--no-fallback", "--namespace", "autoscaler")
     text = cm["data"]["priorities"]
     assert cm["metadata"]["namespace"] == "autoscaler"
     assert ".*" not in yaml.safe_load(text).get(1, [])
-    asgs = ["eks-xeon-8380-6ec2a1f0-1b2c", "eks-epyc-7763-2fc2a1f0-9d8e", "eks-epyc-7763-2s-0c0c0c0c-0000"]
-    assert ca_best(text, asgs) == ["eks-epyc-7763-2fc2a1f0-9d8e"]
+    asgs = ["eks-xeon-8380-6ec2a1f0-1b2c-4d5e-8f90-0123456789ab", "eks-epyc-7763-2fc2a1f0-9d8e-4c7b-a1b2-0fedcba98765",
+            "eks-epyc-7763-2s-0c0c0c0c-0000-4000-8000-000000000000"]
+    assert ca_best(text, asgs) == ["eks-epyc-7763-2fc2a1f0-9d8e-4c7b-a1b2-0fedcba98765"]
+    # a group whose name is another's and more: "epyc-7763" matches only its own id, not "epyc-7763-2s"'s,
+    # though "2s-0c0c0c0c" is made of what a looser [0-9a-f-]+ takes but for the s
+    src = profiles(tmp_path, [node("workers-a", EPYC_7763, 64), node("workers-2023-a", EPYC_7763_2S, 28)])
+    text = write(tmp_path, "--profiles", src, "--group-from-name", BY_NAME, "--group-pattern", eks)["data"]["priorities"]
+    ids = ["eks-workers-2ac5e1f0-3b4c-1d2e-9f8a-0123456789ab", "eks-workers-2023-7bd1c2e3-4f5a-6b7c-8d9e-0fedcba98765"]
+    assert len(ca_best(text, ids)) == 1, "one best: the group's regex does not match the other's id"
 
 
 def test_carbon_strategy_ranks_by_site(tmp_path: Path) -> None:
@@ -172,3 +181,72 @@ def test_the_example_in_docs_is_the_commands_output(capsys: pytest.CaptureFixtur
     first = doc.split("```yaml\n", 2)[1].split("```", 1)[0]
     assert main(["--profiles", str(EXAMPLE), "--group-from-name", BY_NAME]) == 0
     assert capsys.readouterr().out == first
+
+
+@pytest.mark.parametrize(
+    ("template", "named"),
+    [(r"^eks-(?!canary){group}-", "'(?!'"), (r"^{group}\Z", r"'\\Z'"), (r"^(a)\1{group}$", r"'\\1'"), ("^a++{group}$", "'++'")],
+)
+def test_a_pattern_cluster_autoscalers_re2_refuses_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], template: str, named: str
+) -> None:
+    """Python's re takes these; RE2 does not, and cluster-autoscaler then ignores the whole map."""
+    assert main(["--profiles", str(EXAMPLE), "--group-from-name", BY_NAME, "--output", str(tmp_path / "cm.yaml"),
+                 "--group-pattern", template]) == 2
+    err = capsys.readouterr().err
+    assert f"{named} is not RE2 syntax" in err, err
+    assert not (tmp_path / "cm.yaml").exists()
+
+
+def test_a_configmap_with_another_key_is_left_alone_while_the_priorities_stay(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from kubernetes import client
+
+    from joulesched.extender import expander
+
+    class Core:  # strategic merge, as the API server patches: the data keys merge
+        def __init__(self) -> None:
+            self.cm: dict[str, Any] = {"labels": {}, "data": {"README": "priorities written by joulesched"}}
+            self.patches = 0
+
+        def read_namespaced_config_map(self, name: str, ns: str, **_: Any) -> Any:
+            return SimpleNamespace(metadata=SimpleNamespace(labels=dict(self.cm["labels"])), data=dict(self.cm["data"]))
+
+        def patch_namespaced_config_map(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> None:
+            self.patches += 1
+            self.cm["labels"].update(body["metadata"]["labels"])
+            self.cm["data"].update(body["data"])
+
+    core = Core()
+    monkeypatch.setattr(client, "CoreV1Api", lambda api: core)
+    cm = expander.configmap("50:\n- ^a$\n")
+    assert [expander.apply_configmap(object(), cm) for _ in range(3)] == ["updated", "unchanged", "unchanged"]
+    assert core.cm["data"]["README"] == "priorities written by joulesched"
+
+
+def test_watch_writes_the_output_only_when_the_priorities_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from joulesched.extender import expander
+
+    writes: list[str] = []
+    monkeypatch.setattr(expander, "write_output", lambda path, cm: writes.append(cm["data"]["priorities"]))
+    rounds = iter(range(3))
+
+    def sleep(_: float) -> None:
+        if next(rounds, None) is None:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        main(["--profiles", str(EXAMPLE), "--group-from-name", BY_NAME, "--output", str(tmp_path / "cm.yaml"),
+              "--watch", "1"], sleep=sleep)
+    assert len(writes) == 1, "four rounds of the same priorities: one write"
+
+
+def test_a_kubeconfig_list_as_kubectl_takes_it_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for f in (a, b):
+        f.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    main(["--profiles", str(EXAMPLE), "--apply", "--kubeconfig", f"{a}{os.pathsep}{b}"])
+    assert "no such file" not in capsys.readouterr().err
+    assert main(["--profiles", str(EXAMPLE), "--apply", "--kubeconfig", f"{a}{os.pathsep}{tmp_path}/gone"]) == 2
+    assert f"no such file: {tmp_path}/gone" in capsys.readouterr().err
