@@ -165,7 +165,9 @@ def profile_queries() -> tuple[str, str]:
     """The two instant queries: every profile gauge, and when each node was last measured."""
     pattern = "|".join(g.name for g in (*_NODE_GAUGES, *_SITE_GAUGES, m.OWNER_CPU_CORES))
     values = f'{{__name__=~"{pattern}"}}'
-    measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_PLATFORM_POWER.name}))"
+    # every sample of the agent exports the utilisation gauge (the platform power is left out
+    # while a source of its basis is not read): its time is when the agent was last scraped
+    measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_CPU_UTILISATION.name}))"
     return values, measured
 
 
@@ -265,7 +267,9 @@ def _profiles_from_samples(
             continue
         device = labels.get(m.L_DEVICE)
         key = f"{name}:{device}" if device else name
-        by_node[node][key] = by_node[node].get(key, 0.0) + value if name == m.NODE_PLATFORM_POWER.name else value
+        # one series a node and gauge; two (one agent scraped by two jobs, replicas not
+        # deduplicated) are the same reading twice: the larger is kept, never their sum
+        by_node[node][key] = max(by_node[node].get(key, value), value)
     updated: dict[str, float] = {}
     for s in measured:
         node = s.get("metric", {}).get(m.L_NODE, "")
@@ -279,7 +283,9 @@ def _profiles_from_samples(
         name: Site(
             name,
             pue=v.get(m.SITE_PUE.name, 1.0),
-            carbon_intensity=v.get(m.SITE_CARBON.name, 0.0),
+            # absent: the agent leaves it out while its source cannot answer (docs/carbon.md);
+            # unknown, not 0 g/kWh: under strategy carbon its nodes score neutral
+            carbon_intensity=v.get(m.SITE_CARBON.name, math.nan),
             wue=v.get(m.SITE_WUE.name, 0.0),
             renewable_share=v.get(m.SITE_RENEWABLE.name, 0.0),
         )

@@ -352,10 +352,11 @@ def _num(value: float) -> float | None:
 def explanation(d: Decision, policy: PolicyConfig, source: str) -> dict[str, Any]:
     """Per node: the inputs, the estimate, the score and any filter reason."""
     e = d.evaluation
-    profiles: Mapping[str, Any] = {p.name: p for p in d.snapshot.profiles.nodes}
+    profiles = d.snapshot.profiles.nodes
     nodes = []
     for i, name in enumerate(d.args.node_names):
-        p = profiles.get(name)
+        row = int(d.rows[i])  # the profile decide() used: the node's own, or its server's
+        p = profiles[row] if row >= 0 else None
         entry: dict[str, Any] = {"node": name, "score": int(e.scores[i])}
         if p is None:
             entry["neutral"] = REASON_UNKNOWN

@@ -209,7 +209,11 @@ class TenantSource:
             if point is None:
                 skipped.append(f"server {server_id}: the registrar lists no {ENERGY_FIELD} series for it")
                 continue
-            windows = reader.windows(point, server_id, now - self.config.history_seconds, now)
+            try:
+                windows = reader.windows(point, server_id, now - self.config.history_seconds, now)
+            except NadikiReadError as err:  # this server's series only: the others are read on
+                skipped.append(f"server {server_id}: {err}")
+                continue
             if not windows.starts:
                 skipped.append(f"server {server_id}: no energy window in the last {self.config.history_seconds:g} s")
                 continue

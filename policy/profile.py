@@ -296,7 +296,7 @@ def _parse_gpus(value: Any, path: str, check: Checker) -> GpuProfile | None:
     check.unknown_keys(body, GPU_FIELDS, path)
     count = check.number(body, "count", path, minimum=0.0)
     idle = check.number(body, "idle_watts", path, minimum=0.0)
-    peak = check.number(body, "max_watts", path, exclusive_minimum=0.0)
+    peak = check.number(body, "max_watts", path, minimum=0.0)  # 0 before the agent has read any GPU power
     speed = check.number(body, "speed", path, default=1.0, exclusive_minimum=0.0)
     util = check.number(body, "utilisation", path, default=0.0, minimum=0.0, maximum=1.0)
     model = check.string(body, "model", path, default="")

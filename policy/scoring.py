@@ -218,7 +218,7 @@ def evaluate(
     reserved = _demote(eligible, align(whole.gpu_node)) if whole.reserve and whole.gpu_node is not None else None
     best = whole.best if cluster_scale else None
     scores = normalise(cost, eligible, cfg.band, best=best)
-    scores[~fresh] = cfg.neutral_score
+    scores[~fresh | np.isnan(cost)] = cfg.neutral_score  # a cost that cannot be known (a site's intensity)
     scores[failed] = 0
 
     # The per-node figures, aligned with the request's rows; NaN for a node without a profile.

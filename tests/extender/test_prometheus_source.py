@@ -133,3 +133,65 @@ def test_queries_are_valid_promql(prom: tuple[PrometheusServer, ExpositionServer
     for query in profile_queries():
         server.query(query)  # raises on a PromQL syntax error (HTTP 400)
     assert np.isfinite(float(server.wait_for(f"{m.MODEL_IDLE.name}", 2)[0]["value"][1]))
+
+
+# Two agents' worth of metrics as Prometheus may hold them: every series scraped twice (one agent
+# in two jobs, or replicas not deduplicated), a node whose platform power is out (a source of its
+# basis is not read), and a site whose carbon intensity is out (its API past max_age_s).
+UNEVEN = f"""\
+# TYPE {m.NODE_CPU_CORES.name} gauge
+{m.NODE_CPU_CORES.name}{{node="lit"}} 64
+{m.NODE_CPU_CORES.name}{{node="dark"}} 64
+# TYPE {m.NODE_CPU_UTILISATION.name} gauge
+{m.NODE_CPU_UTILISATION.name}{{node="lit"}} 0.25
+{m.NODE_CPU_UTILISATION.name}{{node="dark"}} 0.25
+# TYPE {m.MODEL_IDLE.name} gauge
+{m.MODEL_IDLE.name}{{node="lit",device="cpu"}} 60
+{m.MODEL_IDLE.name}{{node="dark",device="cpu"}} 60
+# TYPE {m.MODEL_PER_CORE.name} gauge
+{m.MODEL_PER_CORE.name}{{node="lit",device="cpu"}} 3
+{m.MODEL_PER_CORE.name}{{node="dark",device="cpu"}} 3
+# TYPE {m.NODE_PLATFORM_POWER.name} gauge
+{m.NODE_PLATFORM_POWER.name}{{node="lit",basis="ipmi_dcmi"}} 108
+# TYPE {m.NODE_INFO.name} gauge
+{m.NODE_INFO.name}{{node="lit",site="north",server_id=""}} 1
+{m.NODE_INFO.name}{{node="dark",site="cloudy",server_id=""}} 1
+# TYPE {m.SITE_PUE.name} gauge
+{m.SITE_PUE.name}{{site="north"}} 1.1
+{m.SITE_PUE.name}{{site="cloudy"}} 1.2
+# TYPE {m.SITE_CARBON.name} gauge
+{m.SITE_CARBON.name}{{site="north"}} 55
+"""
+
+
+def test_what_an_agent_leaves_out_is_unknown_and_a_series_scraped_twice_counts_once(tmp_path: Path) -> None:
+    from joulesched.policy.config import PolicyConfig
+    from joulesched.policy.demand import PodDemand
+    from joulesched.policy.scoring import evaluate
+
+    first, second = ExpositionServer(UNEVEN), ExpositionServer(UNEVEN)
+    server = None
+    try:
+        server = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"])
+        server.wait_for(m.NODE_PLATFORM_POWER.name, 2)
+        server.wait_for(m.SITE_CARBON.name, 2)
+        snap = PrometheusSource(server.url, cache_seconds=5).snapshot()
+    finally:
+        if server is not None:
+            server.stop()
+        first.close()
+        second.close()
+    by_name = {p.name: p for p in snap.profiles.nodes}
+    lit, dark = by_name["lit"], by_name["dark"]
+    assert lit.measured_watts == 108, "the larger of two copies, not their sum"
+    assert dark.measured_watts is None and dark.updated is not None and abs(time.time() - dark.updated) < 30, (
+        "a node without platform power is still timed, so that it can turn stale"
+    )
+    assert lit.carbon_intensity == 55 and np.isnan(dark.carbon_intensity), "an absent intensity is unknown, not 0"
+    rows = np.arange(len(snap.arrays))
+    names = list(snap.arrays.names)
+    pod = PodDemand(cpu_cores=1.0)
+    carbon = evaluate(snap.arrays, rows, pod, PolicyConfig(strategy="carbon"), time.time())
+    energy = evaluate(snap.arrays, rows, pod, PolicyConfig(strategy="energy"), time.time())
+    assert carbon.scores[names.index("dark")] == PolicyConfig().neutral_score, "its carbon cannot be known"
+    assert energy.scores[names.index("dark")] == 10, "its energy can"

@@ -155,3 +155,44 @@ def test_influxdb_credentials_are_sent_and_a_refusal_is_named(tmp_path: Path) ->
         )
         snap = refused.snapshot()
         assert refused.errors == 1 and "HTTP 401" in snap.error and "credentials were refused" in snap.error
+
+
+def test_one_servers_bad_window_leaves_that_server_out_not_every_server() -> None:
+    """A window the store cannot give as joules (a negative one) fails that server's read only:
+    the others are read on, as a registrar's refusal of one server already was."""
+    from joulesched.contracts.errors import NadikiReadError
+    from joulesched.contracts.nadiki import Processor, ServerDescription
+    from joulesched.contracts.nadiki_read import NadikiServer, Windows
+    from joulesched.extender.tenant import TenantConfig
+
+    point = DataPoint("server", "server_energy_consumption_joules", 30, {})
+
+    class Registrar:
+        def server(self, server_id: str) -> NadikiServer:
+            description = ServerDescription("F", "R", rated_power=0.5, installed_cpus=(Processor("Intel", "Xeon", 16),))
+            return NadikiServer(server_id, description, (point,))
+
+    class Store:
+        bad = False
+
+        def query(self, q: str) -> list[dict[str, object]]:
+            return [{"values": [["server_id", "srv-good"], ["server_id", "srv-bad"]]}]
+
+        def windows(self, point: DataPoint, server_id: str, start: float, end: float) -> Windows:
+            if server_id == "srv-bad" and self.bad:
+                raise NadikiReadError(f"InfluxDB: server {server_id}: window at 123 holds -5.0, not joules")
+            last = (end // 30) * 30 - 30
+            return Windows(server_id, 30, (last - 30, last), (6000.0, 7500.0))
+
+    clock = Clock(1_000_000.0)
+    source = TenantSource(TenantConfig(registrar_url="http://r", influx_url="http://i", database="d", cache_seconds=30), clock=clock)
+    store = Store()
+    source.reader, source.registrar = store, Registrar()  # type: ignore[assignment]
+    assert {p.name for p in source.snapshot().profiles.nodes} == {"srv-good", "srv-bad"}
+    store.bad = True
+    clock.tick(31)
+    source._refresh()
+    snap = source.snapshot()
+    assert not snap.error and source.errors == 0
+    assert [p.name for p in snap.profiles.nodes] == ["srv-good"] and snap.profiles.nodes[0].updated is not None
+    assert clock() - snap.profiles.nodes[0].updated <= 60, "srv-good read afresh"

@@ -459,6 +459,12 @@ def test_virtual_nodes_are_scored_on_the_profile_of_their_physical_server(tmp_pa
     assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["vm-1", "vm-2", "vm-3"]}) == (200, neutral)
     app.extensions["joulesched"]["extender"].node_servers = {"vm-1": "srv-b", "vm-2": "srv-a"}
     assert post(c, "prioritize", {"Pod": make_pod(), "NodeNames": ["vm-1", "vm-2", "vm-3"]}) == (200, expected)
+    # and explain says so: the inputs of the server's profile, not "no profile for this node"
+    status, explained = post(c, "explain", {"Pod": make_pod(), "NodeNames": ["vm-1", "vm-2", "vm-3"]})
+    vm1, vm2, vm3 = explained["nodes"]
+    assert status == 200 and (vm2["score"], "neutral" in vm2) == (10, False)
+    assert vm1["inputs"]["power_curve_watts"] == [2 * w for w in CURVE] and vm2["inputs"]["power_curve_watts"] == CURVE
+    assert vm3["neutral"] == "no profile for this node"
 
 
 def test_node_gauges_are_created_a_few_per_tick_and_rewritten_only_when_they_change(make_app) -> None:  # type: ignore[no-untyped-def]

@@ -232,3 +232,17 @@ def test_the_prometheus_source_reads_the_gpus_as_the_agents_profile_document_giv
     (documented,) = parse_profiles(profile_document(snap), "agent /v1/profile").nodes
     assert node.gpus == documented.gpus
     assert node.gpus is not None and node.gpus.idle_watts == snap.gpus.idle_watts
+
+
+def test_a_gpu_node_whose_gpu_power_is_not_known_yet_is_read_by_both_sources() -> None:
+    """Before NVML gives a power limit or a power sample, the GPUs' maximum is 0 W: the Prometheus
+    source took it, and the file source refused the agent's whole document."""
+    import dataclasses
+
+    from joulesched.measurement.exporters.profile import profile_document
+    from joulesched.measurement.snapshot import GpuSummary
+    from joulesched.policy.profile import parse_profiles
+
+    snap = dataclasses.replace(golden_snapshot(), gpus=GpuSummary(2, 0.0, 0.0, 0.0))
+    (node,) = parse_profiles(profile_document(snap), "agent /v1/profile").nodes
+    assert node.gpus is not None and (node.gpus.count, node.gpus.max_watts) == (2, 0.0)
