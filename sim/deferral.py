@@ -82,10 +82,25 @@ def _slowest(cluster: ClusterSpec, gpu: bool) -> float:
 
 
 def units_of(pods: Sequence[PodSpec], cluster: ClusterSpec, margin: float = DEFAULT_MARGIN) -> list[Unit]:
-    """Every deferrable unit of ``pods`` (global indices), in submission order."""
+    """Every deferrable unit of ``pods`` (global indices), in submission order: a workflow run,
+    or pods without one joined by their parent links (an independent pod alone). A unit's roots
+    are its pods with no parent in it."""
+    top = list(range(len(pods)))  # union-find over the parent links of pods without a workflow
+
+    def find(i: int) -> int:
+        while top[i] != i:
+            top[i] = top[top[i]]
+            i = top[i]
+        return i
+
+    for i, p in enumerate(pods):
+        if not p.workflow:
+            for j in p.parents:
+                if not pods[j].workflow:
+                    top[find(i)] = find(j)
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(pods):
-        groups.setdefault(p.workflow or f"\0pod {i}", []).append(i)
+        groups.setdefault(p.workflow or f"\0pod {find(i)}", []).append(i)
     order = topological_order(pods)
     if order is None:  # the readers refuse cycles; a hand-built workload may not
         raise SimError("deferral: the pods' parent links form a cycle")
@@ -97,7 +112,8 @@ def units_of(pods: Sequence[PodSpec], cluster: ClusterSpec, margin: float = DEFA
         delays = [d for d in (pods[i].max_delay for i in members) if d is not None]
         if not delays:
             continue
-        roots = tuple(i for i in members if not pods[i].parents)
+        inside = set(members)
+        roots = tuple(i for i in members if not inside.intersection(pods[i].parents))
         submitted = min(pods[i].arrival for i in roots)
         finish: dict[int, float] = {}
         for i in sorted(members, key=rank.__getitem__):

@@ -229,6 +229,7 @@ class Engine:
         if p > 0.0:
             self.energy[n] += p * (t - last)
             self.carbon_ws[n] += p * self.pue[n] * self.series[n].integral(last, t)
+        if self.state[n] != OFF:  # powered (booting or ready), whatever it draws: a curve may start at 0 W
             self.on_seconds[n] += t - last
         self.last_t[n] = t
 
@@ -419,6 +420,8 @@ class Engine:
         fits = (self.p_cpu[idx] <= self.sched.free_cpu[n]) & (self.p_mem[idx] <= self.sched.free_mem[n])
         fits &= self.p_gpu[idx] <= self.sched.free_gpu[n]
         moved = idx[fits]
+        model = self.sched.gpu_model[n]  # NodeAffinity on the GPU model, as SchedulingState.fits
+        moved = moved[[not self.p_needs[i].gpu_models or model in self.p_needs[i].gpu_models for i in moved.tolist()]]
         if len(moved) == 0:
             return
         if self._walk_retry and len(moved) > 1:
@@ -502,6 +505,7 @@ class Engine:
             ti, n = min(fitting, key=waste)
         else:
             ti, n = fitting[int(self.expander_rng.integers(len(fitting)))]
+        self._advance(n, t)  # its time until now was off
         self.state[n] = BOOTING
         self._not_ready += 1
         self._existing_dirty = True
@@ -532,6 +536,7 @@ class Engine:
         running = int(np.count_nonzero((self.type_of == ti) & (self.state != OFF)))
         if running <= self.cluster.node_types[ti].min_count:
             return
+        self._advance(n, t)  # its time until now was on
         self.state[n] = OFF
         self._existing_dirty = True
         self._repower(n, t)
@@ -662,7 +667,7 @@ class Engine:
             facility_joules=facility,
             on_seconds=np.array(self.on_seconds),
             pods=self.outcome,
-            unscheduled=len(self.pending),
+            unscheduled=int(np.count_nonzero(np.isnan(self.outcome.start))),  # pending, and what waited on them
             decisions=self.decisions,
             extender_calls=self.profile.extender.calls if self.profile.extender is not None else 0,
             scale_ups=self.scale_ups,

@@ -12,6 +12,7 @@ from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim.engine import Engine, EngineOptions, Profile
 from joulesched.sim.extender import InProcessExtender
 from joulesched.sim.model import PodSpec
+from joulesched.sim.runner import metrics_of
 from tests.sim.support import cluster, node_type, pod, workload
 
 
@@ -288,3 +289,63 @@ def test_with_filter_keeping_the_best_node_every_pod_goes_where_the_extender_cho
         placed[keeps] = [cl.node_types[r.nodes[int(n)].type_index].name for n in r.pods.node]
     assert placed["all"] == placed["top"] == ["big"] * 8
     assert placed["best"] == ["small"] * 8
+
+
+def test_a_pod_that_fits_the_freed_node_is_retried_past_one_that_needs_another_gpu_model() -> None:
+    """The retry on a freed node applies NodeAffinity on the GPU model as the filter does: a pod
+    asking for an A100 no longer takes the T4 node's room in the queue walk."""
+    c = cluster(node_type("t4", 1, cores=4, gpus={"count": 1, "idle_watts": 10, "max_watts": 70, "model": "T4"}),
+                autoscaler={"enabled": False})
+    wl = workload(
+        pod("busy", 100.0, cpu=4),  # fills the node until t = 100
+        pod("a100-only", 50.0, cpu=4, arrival=1.0, gpu_request=1, gpu_usage=1.0, gpu_models=("A100",)),
+        pod("cpu-job", 50.0, cpu=4, arrival=2.0),  # fits the node once "busy" ends
+    )
+    r = Engine(c, wl, Profile("default", "least"), EngineOptions()).run()
+    assert r.pods.node[1] == -1 and r.pods.start[2] == 100.0
+    assert r.unscheduled == 1
+
+
+def test_a_retry_that_the_gpu_model_rules_out_boots_no_second_node() -> None:
+    def gpu(model: str) -> dict[str, object]:
+        return {"count": 1, "idle_watts": 10, "max_watts": 70, "model": model}
+
+    c = cluster(node_type("t4", 1, cores=4, gpus=gpu("T4"), min_count=1), node_type("v100", 2, cores=4, gpus=gpu("V100")),
+                autoscaler={"enabled": True, "scale_down_unneeded_seconds": 600, "scale_up_delay_seconds": 120})
+    wl = workload(
+        pod("busy", 750.0, cpu=4, gpu_request=1, gpu_usage=1.0, gpu_models=("T4",)),  # the T4 busy until 750
+        pod("v100-only", 50.0, cpu=4, arrival=700.0, gpu_request=1, gpu_usage=1.0, gpu_models=("V100",)),
+    )
+    r = Engine(c, wl, Profile("default", "least"), EngineOptions()).run()
+    assert r.scale_ups == 1, "one V100 booted for the one pending pod"
+
+
+def test_every_pod_is_finished_or_unscheduled_those_waiting_on_one_that_never_ran_included() -> None:
+    c = cluster(node_type("cpu", 1, cores=4), autoscaler={"enabled": False})
+    wl = workload(
+        pod("gpu-step", 10.0, cpu=1, gpu_request=1, gpu_usage=1.0),  # no GPU in the cluster
+        pod("after-it", 10.0, cpu=1, parents=(0,)),  # waits for it for ever
+        pod("independent", 10.0, cpu=1),
+    )
+    r = Engine(c, wl, Profile("default", "least"), EngineOptions()).run()
+    m = metrics_of(c, wl, r)
+    assert (m["pods"], m["unscheduled"]) == (1, 2)
+
+
+def test_a_node_drawing_0_w_while_idle_is_still_powered() -> None:
+    c = cluster(node_type("lin", 1, cores=10) | {"power_curve_watts": [10.0 * i for i in range(11)]},
+                autoscaler={"enabled": False})
+    wl = workload(pod("a", 10.0, cpu=1, arrival=0.0), pod("b", 10.0, cpu=1, arrival=90.0))
+    r = Engine(c, wl, Profile("default", "least"), EngineOptions()).run()
+    assert r.end_time == 100.0 and r.on_seconds[0] == 100.0
+
+
+def test_a_deferrable_pod_with_a_parent_but_no_workflow_defers_with_it() -> None:
+    from joulesched.sim.deferral import Deferring, units_of
+
+    c = cluster(node_type("cpu", 1, cores=4), autoscaler={"enabled": False})
+    wl = workload(pod("extract", 60.0, max_delay=3600.0), pod("load", 60.0, parents=(0,), max_delay=3600.0),
+                  pod("alone", 60.0, max_delay=3600.0))
+    assert sorted((u.pods, u.roots) for u in units_of(wl.pods, c)) == [((0, 1), (0,)), ((2,), (2,))]
+    r = Engine(c, wl, Profile("default+defer", "least", defer=Deferring("perfect")), EngineOptions()).run()
+    assert r.pods.end[1] > r.pods.end[0]
