@@ -75,6 +75,7 @@ class Window:
     start: MeterRead
     label: str
     restarted: Mapping[str, Any] | None = None  # opened before an agent restart: what it carried, what it lost
+    kept: bool = True  # saved to server.state_dir, to be carried over a restart
 
 
 class Sampler:
@@ -154,7 +155,9 @@ class Sampler:
     # The meter is read outside the sampler's lock: a window edge waits for the sources at most
     # sources.read_wait_seconds, never for a sample in progress.
 
-    def open_window(self, label: str = "") -> Window:
+    def open_window(self, label: str = "", keep: bool = True) -> Window:
+        """A window from now; ``keep``: saved to ``server.state_dir`` and carried over a restart
+        (a Nextflow run's is not: its run is not kept either, and nothing would close it)."""
         with self.lock:
             if len(self._windows) >= MAX_WINDOWS:
                 raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
@@ -162,7 +165,7 @@ class Sampler:
         with self.lock:
             if len(self._windows) >= MAX_WINDOWS:
                 raise TooManyWindows(f"{MAX_WINDOWS} windows are open; close some first")
-            window = Window(secrets.token_hex(8), start, label)
+            window = Window(secrets.token_hex(8), start, label, kept=keep)
             self._windows[window.id] = window
         self._persist()
         return window
@@ -200,6 +203,7 @@ class Sampler:
             records = [
                 window_record(w.id, w.label, w.start.time, w.start.totals, w.start.estimated, w.restarted)
                 for w in self._windows.values()
+                if w.kept
             ]
         read = self.meter.current()
         with self._store_lock:
@@ -250,11 +254,14 @@ class Sampler:
                         if key in totals:
                             lost.append(f"{key[0]}/{key[1]}")
                 lost = sorted(lost + [f"{k[0]}/{k[1]}" for k in totals.keys() - read.totals.keys()])
-                restarted = {
+                earlier = record.get("restarted")
+                before: Mapping[str, Any] = earlier if isinstance(earlier, Mapping) else {}
+                restarted = {  # this restart's, and what earlier ones lost
                     "at": read.time,
                     "last_saved": saved,
-                    "zones_lost": lost,
-                    "seconds_lost": read.time - saved if lost else 0.0,
+                    "zones_lost": sorted(set(lost) | set(before.get("zones_lost") or ())),
+                    "seconds_lost": (read.time - saved if lost else 0.0) + float(before.get("seconds_lost") or 0.0),
+                    "restarts": int(before.get("restarts") or 1) + 1 if before else 1,
                 }
                 window = Window(
                     record["id"],
@@ -766,6 +773,7 @@ def window_energy(
     """Energy per domain between two meter reads (a window's edges), as a JSON-ready mapping;
     its times are wall time: the reads' stamps plus ``clock_step`` (measurement/clock.py)."""
     deltas = {k: (v - start.totals[k]) / NANO for k, v in end.totals.items() if k in start.totals}
+    layout = layout.covering(deltas.keys())  # a source that opened within the window has no energy for it
     split = split_node(layout, deltas)
     estimated = {
         k: (v - start.estimated.get(k, 0)) / NANO

@@ -21,7 +21,8 @@ Robustness: connections wait in a selector until they send something, and only t
 of ``workers`` threads, so idle connections cost no thread (they are closed after
 ``idle_seconds``, and beyond ``max_connections`` the longest idle one is closed); every socket read
 times out after ``read_timeout`` seconds; the listen backlog is 128. ``POST /v1/windows`` and
-``POST /v1/weblog`` check the token before they read a body, reads at most 64 KiB (413 beyond), and answers every malformed
+``POST /v1/weblog`` check the token before they read a body, read at most 64 KiB (4 MiB for a weblog event; 413
+beyond), and answer every malformed
 request (Content-Length not a non-negative integer, chunked bodies, invalid UTF-8, JSON nested
 too deep) with a JSON 400. Every error, whichever layer answers it (a request line the standard
 library rejects, an unknown method, a handler that fails: 500), has a JSON body ``{"error": …}``.
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 
 MIN_UNAUTHENTICATED_WINDOW = 1.0
 MAX_BODY = 64 * 1024
+# Nextflow sends the run's parameters and workflow with started and completed alike: an nf-core
+# pipeline's are tens of KiB, and a completed refused for its size would leave the run open
+MAX_WEBLOG_BODY = 4 * 1024 * 1024
 
 
 WORKERS = 16
@@ -375,7 +379,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._json(status, {"error": message}, {"Connection": "close"})
 
-    def _body(self) -> dict[str, Any] | None:
+    def _body(self, limit: int = MAX_BODY) -> dict[str, Any] | None:
         if self.headers.get("Transfer-Encoding"):
             self._refuse_body(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not chunked")
             return None
@@ -385,8 +389,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse_body(HTTPStatus.BAD_REQUEST, f"Content-Length must be a non-negative integer, got {header!r}")
             return None
         length = int(text)
-        if length > MAX_BODY:
-            self._refuse_body(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body above {MAX_BODY} bytes")
+        if length > limit:
+            self._refuse_body(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body above {limit} bytes")
             return None
         try:
             raw = self.rfile.read(length) if length else b""
@@ -498,7 +502,7 @@ class _Handler(BaseHTTPRequestHandler):
         authorised = self._authorised()  # before the body: an unauthorised one is never read
         if authorised is None:
             return
-        body = self._body()
+        body = self._body(MAX_WEBLOG_BODY)
         if body is None:
             return
         status, doc = self.server.weblog.handle(body, authorised)

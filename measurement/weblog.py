@@ -12,8 +12,9 @@ sent after ``error`` too). ``runId`` is the session id, which ``-resume`` reuses
 
 Rules: ``started`` opens a window for ``runId`` (a second ``started`` of an open run keeps the
 window; one of a finished run — ``-resume`` — opens a new one). Any other event of a run with no
-window also opens one, so a lost or refused ``started`` (its metadata above the 64 KiB body cap)
-costs only the time before the first task event. ``error`` or ``completed`` closes it; the result
+window also opens one, so a lost ``started`` costs only the time before the first task event
+(the body cap for these events is 4 MiB: ``started`` and ``completed`` carry the run's
+parameters and workflow, tens of KiB for an nf-core pipeline). ``error`` or ``completed`` closes it; the result
 stays readable at ``GET /v1/weblog/{runId}`` (the last :data:`KEEP_FINISHED` runs). Task events
 are counted. Without a bearer token, a run shorter than the server's minimum window is closed
 but its energy is not reported (the windows API's side-channel rule).
@@ -130,7 +131,7 @@ class WeblogRuns:
                 if event != "started" and run_id in self._finished:
                     return HTTPStatus.OK, {"runId": run_id, "closed": True, "event": event}  # a late task event
                 try:
-                    window = self.sampler.open_window(f"nextflow {run_name} {run_id}".strip())
+                    window = self.sampler.open_window(f"nextflow {run_name} {run_id}".strip(), keep=False)
                 except TooManyWindows as err:
                     return HTTPStatus.TOO_MANY_REQUESTS, {"error": str(err)}
                 run = _Run(run_id, run_name, window.id, opened_by=event)
@@ -203,7 +204,7 @@ class WeblogRuns:
             "opened_by": run.opened_by,
             "tasks": dict(run.counts),
         }
-        result.update(self._per_task(run, window.start, final, layout))
+        result.update(self._per_task(run, window.start, final, layout, authorised))
         self._finished[run.run_id] = result
         while len(self._finished) > KEEP_FINISHED:
             self._finished.popitem(last=False)
@@ -222,8 +223,16 @@ class WeblogRuns:
             out.setdefault(pod.uid, entry)
         return out
 
-    def _per_task(self, run: _Run, first: MeterRead, final: MeterRead, layout: Any) -> dict[str, Any]:
+    def _per_task(
+        self, run: _Run, first: MeterRead, final: MeterRead, layout: Any, authorised: bool = True
+    ) -> dict[str, Any]:
         reads = [first, *(r for r in run.reads if first.time <= r.time <= final.time), final]
+        if not authorised:  # no segment shorter than an unauthenticated window (the side-channel rule)
+            spaced = [first]
+            for r in reads[1:-1]:
+                if r.time - spaced[-1].time >= self.min_unauthenticated and final.time - r.time >= self.min_unauthenticated:
+                    spaced.append(r)
+            reads = [*spaced, final]
         edges = [r.time for r in reads]
         joules = [window_energy(a, b, layout)["joules"]["node"] for a, b in itertools.pairwise(reads)]
         lo, hi = edges[0], edges[-1]

@@ -19,8 +19,8 @@ always add up to the node total. A zone with a ``parent`` is part of that parent
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 NANO = 1_000_000_000  # totals are kept as integer nanojoules: exact, and never overflow (Python int)
 NODE_DOMAINS = ("cpu", "dram", "gpu", "other")
@@ -127,6 +127,25 @@ class Layout:
     gpu: str | None = None
     server_includes_gpus: bool = False
     zones: Mapping[ZoneKey, ZoneInfo] = field(default_factory=dict)
+
+    def covering(self, keys: Collection[ZoneKey]) -> Layout:
+        """The roles over the zones in ``keys`` only (a window's zones read at both edges): a
+        role whose source has none of them goes, the platform to the next whole-server source
+        that has (a BMC that opened within a window has no energy for it)."""
+        sources = {key[0] for key in keys}
+        roles = (self.platform, *self.platform_others, self.rapl, self.psys, self.gpu)
+        if all(s in sources for s in roles if s):
+            return self
+        platforms = [s for s in (self.platform, *self.platform_others) if s and s in sources]
+        return replace(
+            self,
+            platform=platforms[0] if platforms else None,
+            platform_others=tuple(platforms[1:]),
+            rapl=self.rapl if self.rapl in sources else None,
+            psys=self.psys if self.psys in sources else None,
+            gpu=self.gpu if self.gpu in sources else None,
+            zones={k: z for k, z in self.zones.items() if k[0] in sources},
+        )
 
     @property
     def basis(self) -> str:

@@ -49,8 +49,13 @@ class PodCgroup:
     requests_millicores: float | None  # from cpu.shares / cpu.weight; None when unreadable
 
 
+MIN_SHARES = 2.0  # the kubelet's floor (MinShares): a pod that requests no CPU, or under 2 millicores
+
+
 def shares_to_millicores(shares: float) -> float:
-    return shares * 1000.0 / 1024.0
+    """The CPU request the kubelet wrote as ``shares``; the floor reads as none (a BestEffort
+    pod's 2 shares are not a request of 1.95 millicores that takes the idle energy)."""
+    return 0.0 if shares <= MIN_SHARES else shares * 1000.0 / 1024.0
 
 
 def weight_to_shares(weight: float) -> float:

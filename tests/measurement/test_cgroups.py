@@ -49,7 +49,7 @@ def test_requests_come_back_from_shares_or_weight(tree: CgroupTree) -> None:
     tolerance = 5.0 if tree.version == 1 else 60.0  # v2 weight is coarse: ~26 millicores per step
     assert pods[UID_G].requests_millicores == pytest.approx(2000, abs=tolerance)
     assert pods[UID_B].requests_millicores == pytest.approx(500, abs=tolerance)
-    assert pods[UID_E].requests_millicores == pytest.approx(2, abs=tolerance)  # 2 shares
+    assert pods[UID_E].requests_millicores == 0.0  # the kubelet's floor of 2 shares (weight 1): no request
 
 
 def test_vanished_pod_is_left_out_not_an_error(tree: CgroupTree) -> None:

@@ -403,3 +403,50 @@ def test_clock_going_back_skips_the_interval(
         snap = s.sample()
     assert snap.interval is None
     assert any("clock did not advance" in r.getMessage() for r in caplog.records)
+
+
+def test_a_besteffort_pods_kubelet_floor_of_shares_is_no_request(node: Node, roots: Roots, clock: FakeClock) -> None:
+    """The kubelet writes 2 shares (weight 1) for a pod that requests no CPU: under requests,
+    the idle energy then stays in the idle bucket, as docs/agent.md says."""
+    from joulesched.measurement.config import AttributionConfig
+
+    s = sampler(roots, clock, cfg=config(attribution=AttributionConfig(idle_policy="requests", cgroup_rescan_seconds=1.0)))
+    node.add_pod(POD_C, "besteffort", 0)
+    s.sample()
+    for _ in range(4):
+        node.step(pods={POD_C: 0.5})
+        snap = s.sample()
+    assert snap.interval is not None and sum(snap.interval.buckets["idle"].values()) > 0
+    assert [p.requests_millicores for p in snap.pods] == [0.0]
+
+
+def test_a_window_over_a_source_that_opened_within_it_counts_the_sources_read_at_both_edges(
+    roots: Roots, powercap: PowercapTree, clock: FakeClock
+) -> None:
+    from joulesched.measurement.config import AgentConfig, SourcesConfig
+    from joulesched.measurement.errors import SourceFailed
+    from joulesched.measurement.meter import Pending
+    from joulesched.measurement.sources.registry import open_sources
+    from tests.measurement.fakes import FakeSource, FakeZone
+
+    powercap.add("intel-rapl:0", "package-0", energy_uj=5_000_000_000)
+    bmc_up = False
+
+    def opener() -> FakeSource:
+        if not bmc_up:
+            raise SourceFailed("ipmi_dcmi: session timeout")
+        return FakeSource("ipmi_dcmi", [FakeZone("chassis", "platform", "power", clock, 300.0)])
+
+    cfg = AgentConfig(roots=roots, sources=SourcesConfig(order=("rapl_sysfs", "ipmi_dcmi")))
+    s = Sampler(cfg, open_sources(("rapl_sysfs",), {}, roots, clock).sources, node="n1", clock=clock,
+                pending=[Pending("ipmi_dcmi", opener, "ipmi_dcmi: session timeout")])
+    s.sample()
+    window = s.open_window("job")  # the BMC down: RAPL is the basis
+    for i in range(10):
+        clock.tick()
+        powercap.advance("intel-rapl:0", 100.0)
+        bmc_up = bmc_up or i == 2  # the BMC answers again; it becomes the node's basis
+        s.sample()
+    assert s.meter.layout.platform == "ipmi_dcmi"
+    result = s.close_window(window.id)
+    assert result["basis"] == "rapl_sysfs" and result["joules"]["node"] == pytest.approx(1000.0)

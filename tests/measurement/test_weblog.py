@@ -133,7 +133,15 @@ def test_malformed_events_are_refused(running: Running, body: dict[str, Any], me
 
 
 def test_the_body_cap_and_json_errors_hold(running: Running) -> None:
-    assert post(running, b"x" * (64 * 1024 + 1))[0] == 413
+    import http.client
+
+    host, port = running.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.putrequest("POST", "/v1/weblog")
+    conn.putheader("Content-Length", str(4 * 1024 * 1024 + 1))  # refused before a byte of it is read
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
     assert post(running, b"{not json")[0] == 400
     assert send(running, {**EVENTS[-1], "runId": "never-started"})[0] == 404
 
@@ -364,3 +372,39 @@ def test_trace_times_after_a_step_of_the_system_clock_fall_on_the_same_reads(tmp
     assert result["outside_tasks_joules"] == pytest.approx(outside, abs=1e-9)
     assert not result["notes"]
     assert result["start"] == pytest.approx(clock.now - 12.0), "the window's times are the system clock's"
+
+
+def test_a_completed_event_carrying_a_large_workflow_closes_its_run(running: Running) -> None:
+    """nf-weblog sends the run's parameters and workflow with completed as with started: an
+    nf-core pipeline's are tens of KiB, and a completed refused for its size left the run open."""
+    running.agent.step()
+    params = {f"param_{i}": "x" * 100 for i in range(1000)}  # ~100 KiB of parameters
+    started = copy.deepcopy(EVENTS[0])
+    started["metadata"]["parameters"] = params
+    assert send(running, started)[0] == 201
+    running.step(seconds=2.0)
+    completed = copy.deepcopy(EVENTS[-1])
+    completed["metadata"]["parameters"] = params
+    status, doc = send(running, completed)
+    assert status == 200 and doc["run"]["outcome"] == "completed"
+    assert running.agent.sampler._windows == {}
+
+
+def test_without_a_token_no_task_is_split_from_reads_closer_than_a_second(running: Running) -> None:
+    """The side-channel rule: an unauthenticated run gives no energy over less than a second, per
+    task neither (a task started and completed 1 ms apart gave the counters' difference)."""
+    running.agent.step()
+    t0 = running.clock.now
+    assert send(running, event("started", t0))[0] == 201
+    running.step(seconds=1.0)
+    at = running.clock.now
+    assert send(running, event("process_started", at, task(1, "PROBE", at)))[0] == 200
+    running.step(seconds=0.001)
+    assert send(running, event("process_completed", at, task(1, "PROBE", at, at + 0.001, 100.0)))[0] == 200
+    running.step(seconds=1.0)
+    status, doc = send(running, event("completed", running.clock.now))
+    assert status == 200
+    assert doc["segments"] == 2, "the reads 1 ms apart are one segment of a second, not two"
+    (row,) = doc["task_rows"]
+    assert row["joules"] == pytest.approx(doc["joules"]["node"] - doc["outside_tasks_joules"])
+    assert row["joules"] > 100.0, "the second it ran in, not the millisecond's 0.1 J"

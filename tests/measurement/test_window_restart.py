@@ -123,3 +123,42 @@ def test_the_config_field_is_documented(tmp_path: Path) -> None:
     config = replace(AgentConfig(), server=ServerConfig(state_dir=str(tmp_path)))
     assert config.validate() == []
     assert "server.state_dir" in (Path(__file__).parents[2] / "docs" / "agent.md").read_text()
+
+
+def test_a_second_restart_keeps_what_the_first_one_lost(tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock) -> None:
+    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
+    first = agent(roots, clock, tmp_path / "state")
+    first.sample()
+    window = first.open_window("run-42")
+    run(first, powercap, clock, 5)
+    clock.tick(10)
+    powercap.set(ENTRY, 0)  # restart 1: the counter was reset meanwhile, 10 s lost
+    second = agent(roots, clock, tmp_path / "state")
+    second.sample()
+    run(second, powercap, clock, 5)
+    third = agent(roots, clock, tmp_path / "state")  # restart 2: clean
+    third.sample()
+    run(third, powercap, clock, 5)
+    restarted = third.close_window(window.id)["restarted"]
+    assert restarted["zones_lost"] == ["rapl_sysfs/package-0"] and restarted["seconds_lost"] == pytest.approx(10.0)
+    assert restarted["restarts"] == 2
+
+
+def test_a_nextflow_runs_window_is_not_kept_over_a_restart(tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock) -> None:
+    """docs/agent.md: a run is not kept across a restart; its window was, and nothing closed it."""
+    from joulesched.measurement.weblog import WeblogRuns
+    from tests.measurement.test_weblog import EVENTS
+
+    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
+    first = agent(roots, clock, tmp_path / "state")
+    first.sample()
+    assert WeblogRuns(first, clock, 1.0).handle(EVENTS[0], True)[0] == 201
+    run(first, powercap, clock, 3)
+    second = agent(roots, clock, tmp_path / "state")
+    second.sample()
+    runs = WeblogRuns(second, clock, 1.0)
+    for e in EVENTS[1:-1]:
+        runs.handle(e, True)
+        run(second, powercap, clock, 1)
+    assert runs.handle(EVENTS[-1], True)[0] == 200
+    assert second._windows == {}, "the run's window of the last run is not carried over to leak"
