@@ -386,3 +386,13 @@ def test_agent_namespace_and_network_policy_values(helm):
     # off: no NetworkPolicy at all
     off = helm_template(helm, "--set", "networkPolicy.enabled=false")
     assert not [o for o in off if o["kind"] == "NetworkPolicy"]
+
+
+def test_the_node_watch_gets_its_permission_and_a_not_ready_extender_never_holds_a_drain(helm):
+    rules = by_key(helm_template(helm))[("ClusterRole", "", "joulesched-extender")]["rules"]
+    assert not [r for r in rules if "nodes" in r["resources"]], "no node rights unless the node watch is on"
+    objs = by_key(helm_template(helm, "--set", "extender.config.servers.watch_nodes=true"))
+    rules = objs[("ClusterRole", "", "joulesched-extender")]["rules"]
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]} in rules  # extender/kube.py: list_node
+    pdb = objs[("PodDisruptionBudget", NAMESPACE, "joulesched-extender")]["spec"]
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow", "both replicas not ready (Prometheus down) must not hold a drain"
