@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import ssl
 import threading
 import time
@@ -159,8 +160,11 @@ class _TLSServer(ThreadingHTTPServer):
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(self.handshake_timeout)
-        tls = self.ctx.wrap_socket(request, server_side=True)
-        _Handler(tls, client_address, self)
+        tls = self.ctx.wrap_socket(request, server_side=True)  # takes the socket's descriptor over
+        try:
+            _Handler(tls, client_address, self)
+        finally:
+            tls.close()  # shutdown_request closes the detached socket only: this one held the descriptor
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("webhook: connection from %s failed", client_address, exc_info=True)
@@ -173,6 +177,8 @@ class WebhookServer:
     def __init__(self, host: str, port: int, cert_file: str, key_file: str, namespace: str = "") -> None:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.ctx, self.cert_file, self.key_file = ctx, cert_file, key_file
+        self._stamp = self._files_stamp()
         try:
             ctx.load_cert_chain(cert_file, key_file)
         except (OSError, ssl.SSLError) as err:
@@ -182,6 +188,28 @@ class WebhookServer:
         self.httpd = _TLSServer((host, port), ctx, namespace)
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="webhook", daemon=True)
+
+    def _files_stamp(self) -> tuple[tuple[int, int], ...] | None:
+        try:
+            return tuple((st.st_mtime_ns, st.st_size) for st in map(os.stat, (self.cert_file, self.key_file)))
+        except OSError:
+            return None
+
+    def reload_if_changed(self) -> bool:
+        """Load the certificate again when its files have changed (cert-manager renewing it):
+        handshakes from then on use it. A pair that cannot be loaded (written half-way) keeps the
+        one in use, and is tried again at the next call. True when it was loaded."""
+        stamp = self._files_stamp()
+        if stamp is None or stamp == self._stamp:
+            return False
+        try:
+            self.ctx.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as err:
+            log.warning("webhook TLS: keeping the certificate in use: cannot load the new one: %s", err)
+            return False
+        self._stamp = stamp
+        log.info("webhook TLS: certificate %s loaded again", self.cert_file)
+        return True
 
     def start(self) -> None:
         self._thread.start()

@@ -888,20 +888,33 @@ def run(args: argparse.Namespace) -> int:
         if args.leader_elect
         else None
     )
-    webhook = None
-    if webhook_at:
+    webhook: Any = None
+
+    def serve_webhook() -> Any:
+        """The webhook, once its certificate is there (the Secret may come after the pod: it is
+        optional in deploy/, and the controller runs meanwhile with the webhook off, which
+        /readyz says); then the certificate is loaded again whenever it is renewed."""
         from joulesched.extender.admission import WebhookServer
 
+        if webhook is not None:
+            webhook.reload_if_changed()
+            return webhook
         missing = [f for f in (args.tls_cert, args.tls_key) if not os.path.isfile(f)]
         if missing:
-            # The Secret is optional in deploy/: without it the controller still runs, and the
-            # webhook (failurePolicy Ignore) is off, which /readyz and this line say.
-            health.webhook = f"off: no certificate at {', '.join(missing)}"
-            log.warning("webhook not served: %s (docs/deferral.md: the webhook's certificate)", ", ".join(missing))
-        else:
-            webhook = WebhookServer(*webhook_at, args.tls_cert, args.tls_key, args.namespace)
-            webhook.start()
-            health.webhook = f"serving on {args.webhook_listen}"
+            off = f"off: no certificate at {', '.join(missing)}"
+            if health.webhook != off:
+                log.warning("webhook not served yet: %s (docs/deferral.md: the webhook's certificate)", ", ".join(missing))
+            health.webhook = off
+            return None
+        assert webhook_at is not None
+        started = WebhookServer(*webhook_at, args.tls_cert, args.tls_key, args.namespace)
+        started.start()
+        health.webhook = f"serving on {args.webhook_listen}"
+        log.info("webhook serving on %s", args.webhook_listen)
+        return started
+
+    if webhook_at:
+        webhook = serve_webhook()
     httpd = serve_http(*listen, health, metrics.registry, stale_after=3 * max(args.interval, args.retry_period) + 30)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -917,6 +930,13 @@ def run(args: argparse.Namespace) -> int:
     )
     cache_started, next_tick = False, 0.0
     while not stop.is_set():
+        if webhook_at:
+            try:
+                webhook = serve_webhook()
+            except Exception as err:  # a certificate that cannot be loaded: said once, tried again
+                if health.webhook != f"off: {err}":
+                    log.error("webhook not served: %s", err)
+                health.webhook = f"off: {err}"
         leading = elector.step() if elector else True
         metrics.leader.set(1 if leading else 0)
         health.role = "leader" if leading else "standby"

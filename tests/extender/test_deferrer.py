@@ -685,3 +685,51 @@ def test_the_webhook_of_a_deferrer_of_one_namespace_gates_only_that_namespaces_p
     assert "patch" not in answer["response"]
     assert answer["response"]["warnings"] == [f"{GATE}: not added, the deferrer releases pods of namespace ns only"]
     assert patch_of(review(admission_review(pod), namespace="ns")), "its own namespace's pods are gated"
+
+
+def test_the_webhook_serves_a_renewed_certificate_without_a_restart(tmp_path: Any) -> None:
+    """cert-manager renews the Secret's files in place: the next handshake gets the new one."""
+    import shutil
+    import socket
+    import ssl
+    import subprocess
+
+    from joulesched.extender.admission import WebhookServer
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI")
+
+    def make(name: str) -> tuple[Any, Any]:
+        crt, key = tmp_path / f"{name}.crt", tmp_path / f"{name}.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-days", "2", "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True)
+        return crt, key
+
+    def served(port: int) -> bytes:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as tls:
+            cert = tls.getpeercert(binary_form=True)
+            assert cert is not None
+            return cert
+
+    def der(crt: Any) -> bytes:
+        return ssl.PEM_cert_to_DER_cert(crt.read_text())
+
+    old, new = make("old"), make("new")
+    live_crt, live_key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(old[0], live_crt)
+    shutil.copy(old[1], live_key)
+    webhook = WebhookServer("127.0.0.1", 0, str(live_crt), str(live_key))
+    webhook.start()
+    try:
+        assert served(webhook.port) == der(old[0])
+        assert webhook.reload_if_changed() is False, "unchanged files are not loaded again"
+        shutil.copy(new[0], live_crt)
+        shutil.copy(new[1], live_key)
+        assert webhook.reload_if_changed() is True
+        assert served(webhook.port) == der(new[0])
+        live_key.write_text("not a key\n")  # written half-way: the one in use stays
+        assert webhook.reload_if_changed() is False and served(webhook.port) == der(new[0])
+    finally:
+        webhook.stop()
