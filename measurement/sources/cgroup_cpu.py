@@ -31,9 +31,11 @@ from pathlib import Path
 
 from joulesched.measurement.errors import SourceAbsent
 
-_POD_DIR = re.compile(
-    r"pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})(?:\.slice)?$"
-)
+# A pod's UID in its cgroup's name: a UUID (dashes as underscores under the systemd driver), or a
+# static pod's 32 hex digits (the kubelet's md5 of its manifest; the API's mirror pod carries it
+# in its kubernetes.io/config.mirror annotation).
+POD_UID = r"[0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12}|[0-9a-fA-F]{32}"
+_POD_DIR = re.compile(rf"pod({POD_UID})(?:\.slice)?$")
 KUBEPODS_CANDIDATES = ("kubepods.slice", "kubepods", "kubelet.slice/kubelet-kubepods.slice", "kubelet/kubepods")
 V1_CPUACCT = ("cpuacct", "cpu,cpuacct", "cpuacct,cpu")
 V1_CPU = ("cpu", "cpu,cpuacct", "cpuacct,cpu")

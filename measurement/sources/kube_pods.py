@@ -33,6 +33,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a mirror pod's: the static pod's UID, its cgroup's
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,12 @@ def pods_from_list(doc: Mapping[str, Any]) -> dict[str, PodMeta]:
             continue
         kind, owner = owner_of(item)
         out[uid.lower()] = PodMeta(uid.lower(), str(meta.get("namespace", "")), str(meta.get("name", "")), kind, owner)
+        annotations = meta.get("annotations") or {}
+        mirror = annotations.get(MIRROR_ANNOTATION) if isinstance(annotations, Mapping) else None
+        if isinstance(mirror, str) and mirror:  # a static pod's mirror: its cgroup carries the kubelet's UID
+            out[mirror.lower()] = PodMeta(
+                mirror.lower(), str(meta.get("namespace", "")), str(meta.get("name", "")), kind, owner
+            )
     return out
 
 

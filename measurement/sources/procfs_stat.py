@@ -15,13 +15,14 @@ import re
 from dataclasses import dataclass
 
 from joulesched.measurement.errors import SourceAbsent, SourceFailed
+from joulesched.measurement.sources.cgroup_cpu import POD_UID
 
 try:
     USER_HZ = float(os.sysconf("SC_CLK_TCK"))
 except (ValueError, OSError, AttributeError):  # pragma: no cover - every Linux has it
     USER_HZ = 100.0
 
-_POD_UID = re.compile(r"pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})")
+_POD_UID = re.compile(rf"pod({POD_UID})(?![0-9a-fA-F])")
 
 
 @dataclass(frozen=True, slots=True)

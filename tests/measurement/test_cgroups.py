@@ -146,3 +146,16 @@ def test_process_outside_pods_and_exited_process(tmp_path: Path) -> None:
     proc.add_process(42, "0::/system.slice/containerd.service\n")
     assert pod_uid_of_pid(str(tmp_path / "proc"), 42) is None
     assert pod_uid_of_pid(str(tmp_path / "proc"), 43) is None
+
+
+STATIC = "6d7e0f4a9b8c7d6e5f4a3b2c1d0e9f8a"  # a static pod's UID: the kubelet's md5 of its manifest
+
+
+def test_a_static_pods_cgroup_is_found_by_its_kubelet_uid(tree: CgroupTree) -> None:
+    tree.add_pod(STATIC, "burstable", cpu_seconds=7.0, requests_millicores=250)
+    reader = CgroupCpu(str(tree.root))
+    pods = {p.uid: p for p in reader.scan()}
+    assert STATIC in pods and reader.read([pods[STATIC]])[STATIC] == pytest.approx(7.0)
+    text = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC}.slice/cri-containerd-{'a' * 64}.scope\n"
+    assert pod_uid_from_cgroup_text(text) == STATIC
+    assert pod_uid_from_cgroup_text(f"0::/system.slice/podman-{'b' * 64}.scope\n") is None

@@ -72,3 +72,20 @@ def test_unreachable_api_fails_soft_and_logs_once(tmp_path: Path, caplog: pytest
     assert directory.lookup("0f6b1d7e-3c2a-4b59-9e4e-0a8d7c6b5a41") is None
     assert sum("pod names unavailable" in r.getMessage() for r in caplog.records) == 1
     assert "spec.nodeName%3Dn1" in directory.url
+
+
+def test_a_static_pods_mirror_names_the_cgroup_of_its_kubelet_uid() -> None:
+    """The API's mirror pod has a UID of its own; the cgroup carries the kubelet's, which the
+    mirror's kubernetes.io/config.mirror annotation gives."""
+    static = "6d7e0f4a9b8c7d6e5f4a3b2c1d0e9f8a"
+    mirror = {
+        "metadata": {
+            "uid": "0f6b1d7e-3c2a-4b59-9e4e-0a8d7c6b5a41",
+            "namespace": "kube-system",
+            "name": "etcd-node-a",
+            "annotations": {"kubernetes.io/config.mirror": static, "kubernetes.io/config.source": "file"},
+            "ownerReferences": [{"kind": "Node", "name": "node-a", "controller": True}],
+        }
+    }
+    pods = pods_from_list({"items": [mirror]})
+    assert pods[static].name == "etcd-node-a" and pods[static].namespace == "kube-system"
