@@ -46,8 +46,14 @@ from joulesched.measurement.errors import SourceAbsent, SourceFailed
 from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 
 NAME = "rapl_sysfs"
-_ENTRY = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+)(?::(\d+))?$")
-_PACKAGE = re.compile(r"^package-(\d+)$")
+# powercap names a zone "<control type>:<id>" with the id in hex (powercap_sys.c: "%s:%x"), so
+# the eleventh package is intel-rapl:a; a socket of several dies has a zone per die,
+# package-N-die-M (intel_rapl_common.c, when the topology has more than one die a package).
+_ENTRY = re.compile(r"^(intel-rapl|intel-rapl-mmio):([0-9a-f]+)(?::([0-9a-f]+))?$")
+_PACKAGE = re.compile(r"^package-(\d+)(?:-die-(\d+))?$")
+# AMD and Hygon kernels that list a zone per die give every die the package's one counter: one
+# of them is the package (the others would count it again)
+_ONE_COUNTER_A_PACKAGE = ("AuthenticAMD", "HygonGenuine")
 _SUBZONES = {"core": "core", "uncore": "uncore", "dram": "dram"}
 PERMISSION_FIX = "run the agent as root or mount the powercap tree read-only into a root container"
 
@@ -108,9 +114,10 @@ class RaplSysfs:
 
     name = NAME
 
-    def __init__(self, sysfs_root: str, clock: Clock = time.time) -> None:
+    def __init__(self, sysfs_root: str, clock: Clock = time.time, vendor: str = "") -> None:
         self.base = Path(sysfs_root) / "class" / "powercap"
         self.clock = clock
+        self.vendor = vendor  # /proc/cpuinfo's vendor_id (AMD's die zones share one counter)
         self.notes: list[str] = []  # zones skipped and why (logged by the agent)
         self._zones: list[SysfsZone] = []
 
@@ -140,8 +147,8 @@ class RaplSysfs:
                 _Entry(
                     directory,
                     match.group(1) == "intel-rapl-mmio",
-                    int(match.group(2)),
-                    int(match.group(3)) if match.group(3) is not None else None,
+                    int(match.group(2), 16),
+                    int(match.group(3), 16) if match.group(3) is not None else None,
                     raw_name,
                 )
             )
@@ -193,7 +200,14 @@ class RaplSysfs:
         raw = entry.raw_name
         where = self.base / entry.directory
         if entry.sub is None:
-            if _PACKAGE.match(raw):
+            package = _PACKAGE.match(raw)
+            if package:
+                if package.group(2) not in (None, "0") and self.vendor in _ONE_COUNTER_A_PACKAGE:
+                    notes.append(
+                        f"{where}: {raw!r} reads its package's one counter ({self.vendor} lists a zone a die); "
+                        "counted once, as die 0"
+                    )
+                    return None, "", None
                 top_names[(entry.mmio, entry.index)] = raw
                 return raw, "package", None
             if raw == "psys":
@@ -213,7 +227,7 @@ class RaplSysfs:
             notes.append(f"{where}: unknown sub-zone name {raw!r}; skipped")
             return None, "", None
         match = _PACKAGE.match(parent)
-        package_index = match.group(1) if match else str(entry.index)
+        package_index = parent.removeprefix("package-") if match else str(entry.index)  # 0, or 0-die-1
         name = f"{raw}-{package_index}"
         # DRAM is a separate plane (not part of the package); core and uncore are part of it.
         return name, _SUBZONES[raw], None if raw == "dram" else parent
@@ -247,9 +261,22 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock = time.ti
     ``clock`` stamps each reading (the registry passes the sampler's clock)."""
     if options:
         raise SourceFailed(f"rapl_sysfs: unknown options {', '.join(sorted(options))} (rapl_sysfs takes none)")
-    source = RaplSysfs(roots.sysfs, clock)
+    source = RaplSysfs(roots.sysfs, clock, cpu_vendor(roots.procfs))
     source.zones()
     return source
+
+
+def cpu_vendor(procfs_root: str) -> str:
+    """The first ``vendor_id`` of ``<procfs>/cpuinfo`` ("" when it cannot be read)."""
+    try:
+        with open(os.path.join(procfs_root, "cpuinfo"), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    return value.strip()
+    except OSError:
+        pass
+    return ""
 
 
 __all__ = ["NAME", "PERMISSION_FIX", "RaplSysfs", "SysfsZone", "open_source", "read_uint"]

@@ -178,3 +178,37 @@ def test_unknown_options_are_refused(powercap: PowercapTree, roots: Roots) -> No
     powercap.add("intel-rapl:0", "package-0")
     with pytest.raises(SourceFailed, match="unknown options bogus"):
         rapl_sysfs.open_source({"bogus": 1}, roots)
+
+
+def test_zone_ids_past_nine_are_hex_as_powercap_writes_them(powercap: PowercapTree, roots: Roots) -> None:
+    for s in range(12):  # powercap_sys.c names a zone "%s:%x": the eleventh package is intel-rapl:a
+        powercap.add(f"intel-rapl:{s:x}", f"package-{s}")
+        powercap.add(f"intel-rapl:{s:x}:0", "dram")
+    zones = zones_by_name(rapl_sysfs.open_source({}, roots))
+    assert sorted(zones) == sorted([f"package-{s}" for s in range(12)] + [f"dram-{s}" for s in range(12)])
+
+
+def test_a_package_of_several_dies_is_a_zone_a_die_on_intel(powercap: PowercapTree, roots: Roots) -> None:
+    """intel_rapl_common.c names a die's zone package-N-die-M when a package has several (Cascade
+    Lake-AP): each die has a counter of its own."""
+    Path(roots.procfs).mkdir(parents=True, exist_ok=True)
+    (Path(roots.procfs) / "cpuinfo").write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n")
+    for s in range(2):
+        for d in range(2):
+            i = 2 * s + d
+            powercap.add(f"intel-rapl:{i:x}", f"package-{s}-die-{d}")
+            powercap.add(f"intel-rapl:{i:x}:0", "dram")
+    zones = zones_by_name(rapl_sysfs.open_source({}, roots))
+    assert sorted(zones) == ["dram-0-die-0", "dram-0-die-1", "dram-1-die-0", "dram-1-die-1",
+                             "package-0-die-0", "package-0-die-1", "package-1-die-0", "package-1-die-1"]
+    assert zones["package-1-die-1"].domain == "package" and zones["dram-1-die-1"].domain == "dram"
+
+
+def test_amds_die_zones_of_one_package_count_its_one_counter_once(powercap: PowercapTree, roots: Roots) -> None:
+    Path(roots.procfs).mkdir(parents=True, exist_ok=True)
+    (Path(roots.procfs) / "cpuinfo").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n")
+    for d in range(4):
+        powercap.add(f"intel-rapl:{d:x}", f"package-0-die-{d}", energy_uj=5_000_000)
+    source = rapl_sysfs.open_source({}, roots)
+    assert sorted(zones_by_name(source)) == ["package-0-die-0"]
+    assert any("reads its package's one counter (AuthenticAMD lists a zone a die)" in n for n in source.notes)
