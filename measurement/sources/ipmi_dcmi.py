@@ -160,6 +160,16 @@ class IpmiDcmi(IpmiSource):
             raise SourceFailed(
                 f"{NAME} ({self.target.describe()}): {err} — report the tool version and BMC model"
             ) from err
+        if not reading.active and reading.current_watts > 0:
+            # OpenBMC's phosphor-host-ipmid fills the wattages and never the state or timestamp
+            # (openbmc/openbmc#2819): a reading of watts is a meter, whatever the state says
+            if self.last is None and not any("deactivated" in n for n in self.notes):
+                self.notes.append(
+                    f"{NAME}: the BMC reports {reading.current_watts:g} W with its power reading state "
+                    "'deactivated' (OpenBMC leaves the state unset): the reading is used"
+                )
+            self.last = reading
+            return reading, result.midpoint
         if not reading.active and self.last is not None:  # it metered a moment ago: it stopped, it is not absent
             raise SourceFailed(
                 f"{NAME} ({self.target.describe()}): DCMI power reading is deactivated now, after it read "

@@ -35,6 +35,7 @@ EXPECTED: dict[str, tuple[float, bool]] = {
     "lenovo-thinksystem-sr650-xcc": (311, True),
     "supermicro-x11dpi-n": (164, True),
     "supermicro-x10drl-i-no-pmbus": (0, False),
+    "openbmc-phosphor-ipmid": (234, False),  # the wattages filled, the state and timestamp never (openbmc#2819)
 }
 
 IPMITOOL_FIXTURES = fixture_files("ipmitool", "dcmi-power-reading")
@@ -179,6 +180,20 @@ def test_a_recorded_deactivated_meter_is_absent_with_the_fallback_named(tmp_path
     tool, _ = _fake_tool(tmp_path, IPMITOOL_FIXTURES[0].parent / "supermicro-x10drl-i-no-pmbus.txt")
     with pytest.raises(SourceAbsent, match=r"deactivated .*Thu Jan  1 00:00:00 1970.*ipmi_sdr"):
         ipmi_dcmi.open_source({"binary": str(tool)}, Roots(dev=str(tmp_path)))
+
+
+def test_openbmcs_meter_is_read_though_its_state_says_deactivated(tmp_path: Path) -> None:
+    """OpenBMC's phosphor-host-ipmid fills the wattages and leaves the state and timestamp unset
+    (openbmc/openbmc#2819): 234 W is a reading, not a BMC without a meter."""
+    (tmp_path / "ipmi0").touch()
+    tool, _ = _fake_tool(tmp_path, IPMITOOL_FIXTURES[0].parent / "openbmc-phosphor-ipmid.txt")
+    source = ipmi_dcmi.open_source({"binary": str(tool)}, Roots(dev=str(tmp_path)))
+    try:
+        (zone,) = source.zones()
+        assert zone.read().value == 234.0
+        assert any("'deactivated' (OpenBMC leaves the state unset): the reading is used" in n for n in source.notes)
+    finally:
+        source.close()
 
 
 # --- the real tools against the simulated BMC ----------------------------------------------------
