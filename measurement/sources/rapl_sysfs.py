@@ -235,12 +235,17 @@ class RaplSysfs:
     @staticmethod
     def _max_watts(zone_dir: Path) -> float | None:
         """The zone's stated maximum power (``constraint_X_max_power_uw``, optional in the powercap
-        ABI): the highest of its constraints, the short-term one usually; None when none is stated."""
+        ABI) of its short-term or peak constraint (PL2, PL4: the package's MAX_POWER); None when
+        none is stated. The long-term constraint's (PL1) is the thermal design power, which a
+        package exceeds in turbo for as long as PL2 allows: no cap."""
         highest = 0
         for path in zone_dir.glob("constraint_*_max_power_uw"):
+            name_file = path.with_name(path.name.replace("_max_power_uw", "_name"))
             try:
+                if name_file.read_text(encoding="utf-8", errors="replace").strip() not in ("short_term", "peak_power"):
+                    continue
                 highest = max(highest, read_uint(str(path), "max power"))
-            except SourceFailed:
+            except (OSError, SourceFailed):
                 continue
         return highest / 1e6 if highest > 0 else None
 

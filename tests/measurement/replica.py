@@ -48,7 +48,10 @@ class PowercapTree:
         energy_uj: int = 0,
         max_uj: int | None = DEFAULT_MAX_UJ,
         max_power_uw: int | None = None,
+        tdp_uw: int | None = None,
     ) -> Path:
+        """A zone; ``max_power_uw``: its short-term constraint's maximum (PL2's MAX_POWER),
+        ``tdp_uw``: its long-term constraint's (PL1's, the thermal design power)."""
         zone = self.base / entry
         _write(zone / "name", name + "\n")
         _write(zone / "energy_uj", f"{energy_uj}\n")
@@ -57,8 +60,11 @@ class PowercapTree:
         _write(zone / "constraint_0_power_limit_uw", "125000000\n")
         if max_uj is not None:
             _write(zone / "max_energy_range_uj", f"{max_uj}\n")
+        if tdp_uw is not None:
+            _write(zone / "constraint_0_max_power_uw", f"{tdp_uw}\n")
         if max_power_uw is not None:
-            _write(zone / "constraint_0_max_power_uw", f"{max_power_uw}\n")
+            _write(zone / "constraint_1_name", "short_term\n")
+            _write(zone / "constraint_1_max_power_uw", f"{max_power_uw}\n")
         self.zones[entry] = max_uj or 0
         return zone
 

@@ -404,3 +404,18 @@ def test_a_failing_handler_answers_a_json_500_and_the_server_goes_on(
     monkeypatch.undo()
     running.agent.step()
     assert running.request("GET", "/healthz")[0] == 200
+
+
+def test_a_package_in_turbo_above_its_thermal_design_power_is_not_capped_at_it(
+    roots: Roots, powercap: PowercapTree, clock: FakeClock
+) -> None:
+    """The long-term constraint's max_power_uw is the TDP (intel_rapl_common.c: PL1 reads
+    THERMAL_SPEC_POWER); a package draws more while PL2 allows. Only PL2/PL4's MAX_POWER caps."""
+    powercap.add("intel-rapl:0", "package-0", tdp_uw=125_000_000)
+    meter = EnergyMeter(open_sources(("rapl_sysfs",), {}, roots, clock).sources, clock=clock, rescan_seconds=1e9)
+    meter.read()
+    for _ in range(10):
+        clock.tick()
+        powercap.advance("intel-rapl:0", 150.0)
+        meter.read()
+    assert meter.zone_states()[0][3] == pytest.approx(150.0)
