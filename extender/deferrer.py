@@ -842,6 +842,35 @@ def main(argv: Sequence[str]) -> int:
         return 2
 
 
+def _file_stamp(path: str) -> tuple[int, int] | None:
+    """When and how big ``path`` is now (through a ConfigMap's symlinks), None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def read_sites_again(path: str, stamp: tuple[int, int] | None) -> tuple[tuple[int, int] | None, SiteCatalogue | None]:
+    """The site file read again when it has changed since ``stamp`` (a ConfigMap edited in place:
+    kustomize's name is not hashed): (its stamp now, the new sites); None for the sites when it
+    has not changed, or cannot be used (logged once a change; the sites in use stay)."""
+    from joulesched.contracts.sitefile import load_site_file
+
+    now = _file_stamp(path)
+    if now == stamp:
+        return stamp, None
+    try:
+        changed = load_site_file(path)
+        if not changed.sites:
+            raise DeferrerError(f"--site-file {path}: no sites")
+    except Exception as err:
+        log.error("site file changed but cannot be used, keeping the sites in use: %s", err)
+        return now, None
+    log.info("site file %s read again: %d sites", path, len(changed.sites))
+    return now, changed
+
+
 def run(args: argparse.Namespace) -> int:
     from joulesched.contracts.sitefile import load_site_file
     from joulesched.extender.kube import api_client
@@ -853,6 +882,7 @@ def run(args: argparse.Namespace) -> int:
     catalogue = load_site_file(args.site_file)
     if not catalogue.sites:
         raise DeferrerError(f"--site-file {args.site_file}: no sites")
+    site_stamp = _file_stamp(args.site_file)
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         raise DeferrerError(f"--kubeconfig {args.kubeconfig}: no such file")
     try:
@@ -930,6 +960,9 @@ def run(args: argparse.Namespace) -> int:
     )
     cache_started, next_tick = False, 0.0
     while not stop.is_set():
+        site_stamp, changed = read_sites_again(args.site_file, site_stamp)
+        if changed is not None:
+            deferrer.catalogue = health.catalogue = changed
         if webhook_at:
             try:
                 webhook = serve_webhook()

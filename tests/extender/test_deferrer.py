@@ -733,3 +733,24 @@ def test_the_webhook_serves_a_renewed_certificate_without_a_restart(tmp_path: An
         assert webhook.reload_if_changed() is False and served(webhook.port) == der(new[0])
     finally:
         webhook.stop()
+
+
+def test_a_site_file_edited_in_place_is_read_again_and_a_broken_edit_keeps_the_sites(tmp_path: Any) -> None:
+    """deploy/deferrer's ConfigMap keeps its name (no hash): an edit reaches the running deferrer."""
+    import os
+
+    from joulesched.extender.deferrer import _file_stamp, read_sites_again
+
+    path = tmp_path / "sites.yaml"
+    path.write_text("sites:\n  north: {carbon_intensity: 400}\n")
+    stamp = _file_stamp(str(path))
+    assert read_sites_again(str(path), stamp) == (stamp, None), "unchanged: not read"
+    path.write_text("sites:\n  north: {carbon_intensity: 120}\n  south: {carbon_intensity: 50}\n")
+    os.utime(path, ns=(stamp[0] + 10**9, stamp[0] + 10**9))  # type: ignore[index]
+    stamp, sites = read_sites_again(str(path), stamp)
+    assert sites is not None and sites.sites["north"].carbon.at(0) == 120 and set(sites.sites) == {"north", "south"}
+    path.write_text("sites: [not, a, mapping]\n")
+    os.utime(path, ns=(stamp[0] + 10**9, stamp[0] + 10**9))  # type: ignore[index]
+    stamp2, broken = read_sites_again(str(path), stamp)
+    assert broken is None and stamp2 != stamp, "refused once, and not read again until it changes"
+    assert read_sites_again(str(path), stamp2) == (stamp2, None)
