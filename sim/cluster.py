@@ -207,13 +207,16 @@ def parse_cluster(doc: Any, where: str, base_dir: Path | None = None) -> Cluster
     auto = check.mapping(root.get("autoscaler"), "autoscaler")
     check.unknown_keys(auto, AUTOSCALER_FIELDS, "autoscaler")
     d = AutoscalerSpec()
-    enabled = check.boolean(auto, "enabled", "autoscaler", default=bool(auto))
+    # present, even empty (every setting at its default), is on unless enabled: false
+    enabled = check.boolean(auto, "enabled", "autoscaler", default=root.get("autoscaler") is not None or bool(auto))
     down = check.number(
         auto, "scale_down_unneeded_seconds", "autoscaler", default=d.scale_down_unneeded_seconds, minimum=0.0
     )
     up = check.number(auto, "scale_up_delay_seconds", "autoscaler", default=d.scale_up_delay_seconds, minimum=0.0)
     expander = check.string(auto, "expander", "autoscaler", default=d.expander, choices=EXPANDERS) or d.expander
-    if types and sum(t.count for t in types) == 0:
+    if not raw_types and "node_types" in root:
+        check.problem("node_types", "the cluster has no node types (an empty list)")
+    elif types and sum(t.count for t in types) == 0:
         check.problem("node_types", "the cluster has no nodes (every count is 0)")
     try:
         check.raise_if_any()
@@ -345,6 +348,10 @@ def _parse_gpus(value: Any, path: str, check: Checker) -> GpuSpec | None:
         check.problem(f"{path}.count", f"must be a whole number, got {count:g}")
         return None
     if not count:
+        given = sorted(k for k in body if k != "count")
+        if given and "count" not in body:  # GPUs described but not counted: not none, silently
+            check.problem(f"{path}.count", f"is required with {', '.join(given)} (0 for a node without GPUs)")
+            return None
         return GpuSpec()
     idle = check.number(body, "idle_watts", path, minimum=0.0)
     peak = check.number(body, "max_watts", path, exclusive_minimum=0.0)

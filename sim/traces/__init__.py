@@ -29,7 +29,7 @@ def read_trace(path: str | Path) -> Trace:
         raise TraceError(str(file), "", "", f"cannot read: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise TraceError(str(file), "", "", f"not UTF-8 text: {err}") from err
-    if "\t" in first and "status" in first.split("\t"):
+    if "\t" in first and "status" in first.rstrip("\r\n").split("\t"):
         return read_nextflow_trace(file)
     if "," in first:
         return read_pod_csv(file)

@@ -94,11 +94,11 @@ def read_nextflow_trace(path: str | Path, *, name: str | None = None) -> Trace:
     run = name or Path(path).stem.removesuffix(".trace").removeprefix("trace-") or "nextflow"
     rows: list[tuple[str, float, Fields, str]] = []
     skipped = 0
-    for lineno, row in enumerate(reader, start=2):
+    for row in reader:
+        lineno = reader.line_num  # the file's (a blank line is skipped, not numbered away)
         if None in row or any(v is None for v in row.values()):
-            raise TraceError(
-                path, f"line {lineno}", "", f"has {len(row) - (None in row)} fields, the header has {len(header)}"
-            )
+            fields = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or [])
+            raise TraceError(path, f"line {lineno}", "", f"has {fields} fields, the header has {len(header)}")
         label = row.get("name") or row.get("task_id") or "?"
         record = f"line {lineno} (task {label.strip()!r})"
         f = Fields(path, record, row)

@@ -69,7 +69,8 @@ OPENB_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 DEFAULT_USAGE_WITHOUT_REQUEST = 0.1  # cores
 
 
-def _rows(path: str) -> tuple[list[str], list[dict[str, str]]]:
+def _rows(path: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The header and each row with its line number (the file's: blank lines counted)."""
     text = read_text(path)
     reader = csv.DictReader(text.splitlines())
     header = [h.strip() for h in (reader.fieldnames or [])]
@@ -77,12 +78,13 @@ def _rows(path: str) -> tuple[list[str], list[dict[str, str]]]:
         raise TraceError(path, "", "", "empty file (expected a CSV header line)")
     reader.fieldnames = header
     rows = []
-    for lineno, row in enumerate(reader, start=2):
+    for row in reader:
+        lineno = reader.line_num
         if None in row or any(v is None for v in row.values()):
             raise TraceError(
                 path, f"line {lineno}", "", f"has a different number of fields than the header ({len(header)})"
             )
-        rows.append(row)
+        rows.append((lineno, row))
     return header, rows
 
 
@@ -105,7 +107,7 @@ def read_pod_csv(path: str | Path, *, name: str | None = None) -> Trace:
     pods: list[PodSpec] = []
     names: dict[str, int] = {}
     pending_parents: list[tuple[int, Fields, list[str]]] = []
-    for lineno, row in enumerate(rows, start=2):
+    for lineno, row in rows:
         pod_name = (row.get("name") or "").strip() or f"{run}-{lineno - 1}"
         f = Fields(path, f"line {lineno} (pod {pod_name!r})", row)
         if pod_name in names:
@@ -175,7 +177,7 @@ def read_openb_pods(path: str | Path, *, name: str | None = None, cpu_usage_frac
     run = name or Path(path).stem
     pods: list[PodSpec] = []
     skipped = 0
-    for lineno, row in enumerate(rows, start=2):
+    for lineno, row in rows:
         pod_name = (row.get("name") or "").strip() or f"line-{lineno}"
         f = Fields(path, f"line {lineno} (pod {pod_name!r})", row)
         created = f.number("creation_time", required=True)
@@ -238,7 +240,7 @@ def read_openb_nodes(path: str | Path) -> list[OpenbNode]:
         if column not in header:
             raise TraceError(path, "line 1 (header)", column, "column is required for an openb node list")
     nodes = []
-    for lineno, row in enumerate(rows, start=2):
+    for lineno, row in rows:
         node_name = (row.get("sn") or "").strip()
         f = Fields(path, f"line {lineno} (node {node_name!r})", row)
         if not node_name:

@@ -78,14 +78,20 @@ def parse_wfformat(doc: Any, path: str, *, name: str | None = None) -> Trace:
     else:
         raise TraceError(path, "", "workflow.specification", "is required (WfFormat 1.5), or workflow.tasks (1.4)")
 
-    # The DAG.
+    # The DAG. A 1.5 task is known by its id; a 1.4 task by its name (required there; its id, when
+    # given, is a short one that parents do not use: "ID0000001" for "mProject_ID0000001").
+    first, second = ("id", "name") if spec_where != "workflow.tasks" else ("name", "id")
     ids: list[str] = []
     index: dict[str, int] = {}
+    alias: dict[str, int] = {}  # the other field, where parents name a task by it
     task_names: list[str] = []
     for i, raw in enumerate(spec_tasks):
         record = f"{spec_where}[{i}]"
         task = _mapping(raw, path, record, "(task)")
-        tid = task.get("id", task.get("name"))
+        tid = task.get(first, task.get(second))
+        other = task.get(second)
+        if isinstance(other, str) and other and other != tid:
+            alias.setdefault(other, i)
         if not isinstance(tid, str) or not tid:
             raise TraceError(path, record, "id", f"must be a non-empty string, got {tid!r}")
         if tid in index:
@@ -100,16 +106,18 @@ def parse_wfformat(doc: Any, path: str, *, name: str | None = None) -> Trace:
         plist = _list(raw.get("parents", []), path, record, "parents")
         resolved = []
         for p in plist:
-            if not isinstance(p, str) or p not in index:
+            if not isinstance(p, str) or (p not in index and p not in alias):
                 raise TraceError(path, record, "parents", f"names an unknown task {p!r}")
-            resolved.append(index[p])
+            resolved.append(index[p] if p in index else alias[p])
         parents.append(tuple(resolved))
 
     # What happened.
     measured: dict[str, Mapping[str, Any]] = {}
     for i, raw in enumerate(exec_tasks):
         task = _mapping(raw, path, f"{exec_where}[{i}]", "(task)")
-        tid = task.get("id", task.get("name"))
+        tid = task.get(first, task.get(second))
+        if isinstance(tid, str) and tid not in index and tid in alias:
+            tid = ids[alias[tid]]
         if not isinstance(tid, str) or tid not in index:
             raise TraceError(path, f"{exec_where}[{i}]", "id", f"names no task of the specification: {tid!r}")
         measured[tid] = task

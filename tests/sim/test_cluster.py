@@ -156,3 +156,25 @@ def test_the_shipped_series_start_at_the_cluster_start() -> None:
     june_first = next(r for r in rows if r.startswith("2022-06-01 00:00"))
     assert bpat.at(0.0) == pytest.approx(float(june_first.split(",")[1]))
     assert np.isfinite(bpat.source.values).all()
+
+
+SITES_ONLY = {"lab": {"carbon_intensity": 100}}
+ONE_TYPE = {"name": "n", "count": 2, "site": "lab", "cores": 8, "memory": "32Gi", "idle_watts": 50, "watts_per_core": 5}
+
+
+@pytest.mark.parametrize("node_types", [[], None], ids=["an empty list", "null"])
+def test_a_cluster_without_node_types_is_refused(node_types: object) -> None:
+    with pytest.raises(ClusterError, match="node_types"):
+        parse_cluster({"name": "c", "sites": SITES_ONLY, "node_types": node_types}, "c.yaml")
+
+
+def test_an_autoscaler_block_with_every_default_is_on() -> None:
+    """docs/sim.md: present = enabled unless enabled: false."""
+    assert parse_cluster({"name": "c", "sites": SITES_ONLY, "node_types": [ONE_TYPE], "autoscaler": {}}, "c.yaml").autoscaler.enabled
+    assert not parse_cluster({"name": "c", "sites": SITES_ONLY, "node_types": [ONE_TYPE]}, "c.yaml").autoscaler.enabled
+
+
+def test_gpus_described_without_a_count_are_refused_not_dropped() -> None:
+    nt = {**ONE_TYPE, "gpus": {"idle_watts": 60, "max_watts": 400, "model": "A100"}}
+    with pytest.raises(ClusterError, match=r"gpus.count: is required with idle_watts, max_watts, model"):
+        parse_cluster({"name": "c", "sites": SITES_ONLY, "node_types": [nt]}, "c.yaml")

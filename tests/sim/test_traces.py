@@ -334,3 +334,37 @@ def test_pod_csv_gpu_model_column(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as info:
         read_pod_csv(path)
     assert info.value.field == "gpu_model"
+
+
+def test_wfformat_1_4_parents_name_tasks_by_name_not_by_their_short_id(tmp_path: Path) -> None:
+    """In WfFormat 1.4 (pegasus-instances, makeflow-instances) `name` is required, `id` an optional
+    short one ("ID0000001"), and parents list names ("mProject_ID0000001")."""
+    doc = {"schemaVersion": "1.4", "workflow": {"tasks": [
+        {"name": "mProject_ID0000001", "id": "ID0000001", "type": "compute", "parents": [],
+         "runtimeInSeconds": 15.712, "avgCPU": 99.9, "cores": 1},
+        {"name": "mDiffFit_ID0000008", "id": "ID0000008", "type": "compute",
+         "parents": ["mProject_ID0000001"], "runtimeInSeconds": 1.2, "avgCPU": 90.0, "cores": 1},
+        {"name": "mConcatFit_ID0000009", "type": "compute",
+         "parents": ["mDiffFit_ID0000008", "mProject_ID0000001"], "runtimeInSeconds": 3.0, "avgCPU": 50.0, "cores": 1},
+    ]}}
+    path = tmp_path / "montage-1.4.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert [p.parents for p in read_wfformat(path).pods] == [(), (0,), (1, 0)]
+
+
+def test_a_nextflow_trace_whose_last_column_is_status_is_recognised(tmp_path: Path) -> None:
+    path = tmp_path / "trace.txt"
+    path.write_text("task_id\tname\trealtime\tsubmit\tstatus\n1\tFOO (a)\t2s\t2023-03-21 21:10:29.882\tCOMPLETED\n")
+    assert len(read_trace(path).pods) == 1
+
+
+def test_errors_name_the_files_own_line_and_the_rows_real_field_count(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,arrival,duration\na,0,10\n\nb,1,ten\n")  # 'ten' is on line 4
+    with pytest.raises(TraceError) as info:
+        read_trace(pods)
+    assert info.value.record.startswith("line 4")
+    trace = tmp_path / "trace.txt"
+    trace.write_text("task_id\tname\trealtime\tsubmit\tstatus\n1\tFOO (a)\t2s\tCOMPLETED\n")  # 4 fields of 5
+    with pytest.raises(TraceError, match="line 2: has 4 fields, the header has 5"):
+        read_trace(trace)
