@@ -21,8 +21,9 @@ class CarbonApiError(ContractError):
     """A carbon-intensity API request failed: transport, deadline, HTTP status (``status``) or the
     shape of its JSON. Caught by the live source, which keeps its last data (``carbon_apis``)."""
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    def __init__(self, message: str, *, status: int = 0, retry_after: float | None = None) -> None:
         self.status = status
+        self.retry_after = retry_after  # seconds the provider asked to wait (429/503 Retry-After)
         super().__init__(message)
 
 

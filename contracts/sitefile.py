@@ -49,6 +49,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -565,11 +566,15 @@ def _parse_carbon_api(value: Any, path: str, check: Checker, base_dir: Path | No
             )
         if postcode and region_id:
             check.problem(path, "give postcode or region_id, not both (neither: national)")
-        if postcode and not postcode.replace(" ", "").isalnum():
-            check.problem(f"{path}.postcode", f"must be an outward postcode such as RG10, got {postcode!r}")
+        # the API takes the outward code (the first half: RG10 of RG10 1AB), nothing else
+        if postcode and not re.fullmatch(r"[A-Z]{1,2}[0-9][A-Z0-9]?", postcode.strip().upper()):
+            check.problem(
+                f"{path}.postcode",
+                f"must be an outward postcode such as RG10 (the first half of a full one), got {postcode!r}",
+            )
     else:
         zone = check.string(body, places[0], path) or ""
-    if provider == "watttime" and history == 0 and not forecast:
+    if provider != "electricity_maps" and history == 0 and not forecast:  # it alone always asks for /latest
         check.problem(path, "history_hours 0 and forecast false leave nothing to fetch")
     secret = _parse_secret(body, path, check, base_dir, PROVIDERS[provider].needs_secret, provider)
     if len(check.problems) > before:

@@ -26,6 +26,7 @@ forecast horizon the source raises (the caller falls back), it does not extrapol
 from __future__ import annotations
 
 import base64
+import email.utils
 import http.client
 import math
 import os
@@ -93,6 +94,7 @@ def get_json(url: str, headers: Mapping[str, str], timeout_s: float) -> Any:
                 if len(body) > MAX_BODY_BYTES:
                     raise CarbonApiError(f"{shown}: answer larger than {MAX_BODY_BYTES} bytes")
             status = resp.status
+            retry_after = _retry_after(resp.getheader("Retry-After"))
         except (OSError, http.client.HTTPException) as err:
             if deadline.expired:
                 raise CarbonApiError(f"{shown}: no complete answer within {timeout_s:g} s") from err
@@ -103,11 +105,27 @@ def get_json(url: str, headers: Mapping[str, str], timeout_s: float) -> Any:
         raise CarbonApiError(f"{shown}: no complete answer within {timeout_s:g} s")
     if status != 200:
         text = bytes(body[:200]).decode("utf-8", "replace").strip()
-        raise CarbonApiError(f"{shown}: HTTP {status}" + (f": {text}" if text else ""), status=status)
+        raise CarbonApiError(
+            f"{shown}: HTTP {status}" + (f": {text}" if text else ""), status=status, retry_after=retry_after
+        )
     try:
         return orjson.loads(bytes(body))
     except orjson.JSONDecodeError as err:
         raise CarbonApiError(f"{shown}: the answer is not JSON ({err})") from err
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header's wait in seconds: delta-seconds or an HTTP date (RFC 9110)."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time()) if when.tzinfo is not None else None
 
 
 def basic_auth(user: str, password: str) -> str:
@@ -210,6 +228,19 @@ def build_segments(batches: Iterable[list[Interval]], label: str) -> list[Intens
     return segments
 
 
+def trailing_null(batches: Iterable[list[Interval]]) -> float:
+    """Where the provider's last period (by start; the first batch's wins, as in
+    :func:`build_segments`) begins, when it came without a value; inf when it has one."""
+    by_start: dict[float, Interval] = {}
+    for batch in batches:
+        for iv in batch:
+            by_start.setdefault(iv.start, iv)
+    if not by_start:
+        return math.inf
+    last = by_start[max(by_start)]
+    return last.start if last.value is None else math.inf
+
+
 # -- the secret ----------------------------------------------------------------------------------
 
 
@@ -278,6 +309,7 @@ class Reading:
 @dataclass
 class _State:
     segments: list[IntensitySeries] = field(default_factory=list)
+    null_from: float = math.inf  # the provider's last period (by start) was null from here: no value held into it
     fetched_at: float = -math.inf
     next_attempt: float = -math.inf
     fetching: bool = False
@@ -373,21 +405,24 @@ class LiveIntensity:
     def refresh(self) -> None:
         """Start a refresh if the interval has passed and none is under way.
 
-        With data held, the refresh runs in the background (``spawn``) and callers keep the held
-        series meanwhile, so no caller (a metrics scrape, the deferrer's loop) waits on a slow
-        provider; only the very first refresh is waited for, bounded by its deadlines.
+        Every refresh but the very first runs in the background (``spawn``) and callers keep the
+        held series meanwhile, or (none held: the first failed) are told at once that there is
+        none, so no caller (a metrics scrape, the deferrer's loop) waits on a slow provider; only
+        the very first refresh is waited for, bounded by its deadlines.
         """
         now = self.clock()
         with self._cond:
             st = self._state
             if st.fetching or now < st.next_attempt:
-                if st.fetching and not st.segments:
+                if st.fetching and not st.segments and st.fetches <= 1:  # the very first, under way
                     self._cond.wait_for(lambda: not st.fetching, timeout=self._wait_bound())
                 return
             st.fetching = True
             st.next_attempt = now + self.settings.refresh_s
             st.fetches += 1
-            background = bool(st.segments)
+            # only the very first is waited for: after it failed, a caller gets "unavailable" at
+            # once (its fallback answers) rather than waiting on a provider that is down
+            background = bool(st.segments) or st.fetches > 1
         if not background:
             self._fetch_and_keep(now)
             return
@@ -404,16 +439,25 @@ class LiveIntensity:
         st = self._state
         segments: list[IntensitySeries] = []
         error = "the refresh did not finish"
+        null_from = math.inf
         try:
-            segments = build_segments(self.fetch(now), self.name)
+            batches = [list(batch) for batch in self.fetch(now)]
+            segments = build_segments(batches, self.name)
+            null_from = trailing_null(batches)
             error = "" if segments else "the answer holds no intensity values"
         except CarbonApiError as err:
             error = str(err)
+            if err.retry_after is not None:  # asked to wait (429, 503): not asked again before, within max_age_s
+                with self._cond:
+                    wait = min(err.retry_after, self.settings.max_age_s)
+                    st.next_attempt = max(st.next_attempt, self.clock() + wait)
+                error += f"; the provider asked to wait {err.retry_after:.0f} s"
         finally:
             with self._cond:
                 st.fetching = False
                 if segments and not error:
                     st.segments = segments
+                    st.null_from = null_from
                     st.fetched_at = self.clock()
                     st.error = ""
                 else:
@@ -466,6 +510,11 @@ class LiveIntensity:
             return k
         if seg is not last:
             raise IntensityUnavailable(f"carbon intensity {self.name}: the provider has no value at {t:.0f} (a hole)")
+        null_from = self._state.null_from
+        if math.isfinite(null_from) and null_from >= last.end - 1e-6:  # its last period came null: nothing is held into it
+            raise IntensityUnavailable(
+                f"carbon intensity {self.name}: the provider gave no value from {null_from:.0f} (null)"
+            )
         if t > now:
             why = "beyond the forecast" if self.settings.forecast else "in the future, and no forecast is fetched"
             raise IntensityUnavailable(f"carbon intensity {self.name}: {t:.0f} is {why} (data ends {last.end:.0f})")

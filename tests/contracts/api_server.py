@@ -29,6 +29,7 @@ class Reply:
     mode: str = "normal"  # normal | trickle (one byte per 50 ms, status line included) | hang
     delay_s: float = 0.0
     content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)  # more header lines (Retry-After)
 
 
 @dataclass
@@ -89,7 +90,8 @@ class ApiServer:
         reason = "OK" if reply.status == 200 else "Error"
         head = (
             f"HTTP/1.1 {reply.status} {reason}\r\nContent-Type: {reply.content_type}\r\n"
-            f"Content-Length: {len(reply.body)}\r\n\r\n"
+            + "".join(f"{name}: {value}\r\n" for name, value in reply.headers.items())
+            + f"Content-Length: {len(reply.body)}\r\n\r\n"
         ).encode()
         data = head + reply.body
         if reply.mode == "trickle":

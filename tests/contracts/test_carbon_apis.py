@@ -557,3 +557,114 @@ def test_uk_forecast_is_asked_from_the_start_of_the_current_half_hour(server: Ap
     src = open_source(ApiSettings("uk_carbon_intensity", server.url, history_hours=0), clock=Clock(now))
     assert src.at(now) == 266
     assert server.paths() == ["/intensity/2018-01-20T12:00Z/fw48h"]
+
+
+# -- what reviews found ---------------------------------------------------------------------------
+
+
+class Routes:
+    """A stand-in ``get``: the first route a URL contains answers (a document, or an error raised)."""
+
+    def __init__(self, routes: dict[str, Any]) -> None:
+        self.routes, self.calls = routes, []
+
+    def __call__(self, url: str, headers: dict[str, str], timeout: float) -> Any:
+        self.calls.append(url)
+        for part, answer in self.routes.items():
+            if part in url:
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+        raise CarbonApiError(f"{url}: HTTP 404", status=404)
+
+
+def test_a_null_latest_hour_is_not_filled_with_the_hour_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/carbon.md: a period the provider gave no value for cannot answer; never invented."""
+    monkeypatch.setenv("EM_T", "tok")
+    now = ts("2019-05-21T00:20:00Z")
+    latest = {"zone": "DE", "carbonIntensity": None, "datetime": "2019-05-21T00:00:00.000Z", "temporalGranularity": "hourly"}
+    history = {"zone": "DE", "history": [
+        {"zone": "DE", "carbonIntensity": 350, "datetime": "2019-05-20T22:00:00.000Z"},
+        {"zone": "DE", "carbonIntensity": 320, "datetime": "2019-05-20T23:00:00.000Z"},
+        {"zone": "DE", "carbonIntensity": None, "datetime": "2019-05-21T00:00:00.000Z"},
+    ]}
+    source = open_source(
+        ApiSettings("electricity_maps", "http://em.invalid/v3", zone="DE", secret=Secret(env="EM_T"), forecast=False),
+        clock=Clock(now), get=Routes({"latest": latest, "history": history}), spawn=inline,
+    )
+    assert source.at(ts("2019-05-20T23:30:00Z")) == 320
+    with pytest.raises(IntensityUnavailable, match="gave no value from"):
+        source.at(now)
+    assert WithFallback(source, ConstantIntensity(444.0)).at(now) == 444.0
+
+
+def test_after_a_failed_first_refresh_no_caller_waits_on_the_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the very first refresh is waited for: a provider down from the start does not hold a
+    scrape or the deferrer's loop for its deadline at every refresh_s; the fallback answers."""
+    import socket
+
+    monkeypatch.setenv("EM_T", "tok")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # takes connections into its backlog, answers nothing
+    try:
+        clock = Clock(ts("2019-05-21T00:20:00Z"))
+        source = open_source(
+            ApiSettings("electricity_maps", f"http://127.0.0.1:{silent.getsockname()[1]}/v3", zone="DE",
+                        secret=Secret(env="EM_T"), refresh_s=900.0, timeout_s=1.0),
+            clock=clock,
+        )
+        safe = WithFallback(source, ConstantIntensity(300.0))
+        assert safe.at(clock()) == 300.0  # the first refresh, waited for
+        clock.t += 901
+        started = time.monotonic()
+        assert safe.at(clock()) == 300.0
+        assert time.monotonic() - started < 0.5
+        assert isinstance(source, LiveIntensity) and source.wait_idle(5.0)
+    finally:
+        silent.close()
+
+
+def test_a_429s_retry_after_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EM_T", "tok")
+    latest = {"zone": "DE", "carbonIntensity": 302, "datetime": "2019-05-21T00:00:00.000Z", "temporalGranularity": "hourly"}
+    limited = CarbonApiError("em: HTTP 429: rate limited", status=429, retry_after=3600.0)
+    routes = Routes({"latest": latest})
+    clock = Clock(ts("2019-05-21T00:20:00Z"))
+    source = open_source(
+        ApiSettings("electricity_maps", "http://em.invalid/v3", zone="DE", secret=Secret(env="EM_T"),
+                    refresh_s=300.0, max_age_s=7200.0, forecast=False, history_hours=0),
+        clock=clock, get=routes, spawn=inline,
+    )
+    assert source.at(clock()) == 302 and len(routes.calls) == 1
+    routes.routes["latest"] = limited
+    clock.t += 301
+    source.at(clock())  # due: 429, Retry-After 3600
+    for _ in range(10):  # 50 minutes inside the hour asked for
+        clock.t += 301
+        source.at(clock())
+    assert len(routes.calls) == 2, "not asked again before Retry-After"
+
+
+def test_retry_after_is_read_from_the_answer(server: ApiServer) -> None:
+    server.routes[r"/latest"] = Reply(429, b'{"message": "rate limited"}', headers={"Retry-After": "120"})
+    with pytest.raises(CarbonApiError) as info:
+        get_json(f"{server.url}/latest", {}, 5.0)
+    assert (info.value.status, info.value.retry_after) == (429, 120.0)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"postcode": "RG10 1AB"}, "must be an outward postcode such as RG10 (the first half of a full one)"),
+        ({"history_hours": 0, "forecast": False}, "history_hours 0 and forecast false leave nothing to fetch"),
+    ],
+    ids=["a full postcode", "nothing to fetch"],
+)
+def test_a_uk_section_that_could_never_answer_is_refused(body: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_site_document({"sites": {"uk": {"carbon_api": {"provider": "uk_carbon_intensity", **body}}}}, "sites.yaml")
+    assert any(problem in p for p in info.value.problems), info.value.problems
+    assert parse_site_document(
+        {"sites": {"uk": {"carbon_api": {"provider": "uk_carbon_intensity", "postcode": "rg10"}}}}, "sites.yaml"
+    ).sites["uk"], "an outward code, in any case"
