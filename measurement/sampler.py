@@ -45,7 +45,7 @@ from joulesched.measurement.sources.base import (
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
 from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory
 from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
-from joulesched.measurement.windowstore import WindowStore, parse_record, window_record
+from joulesched.measurement.windowstore import WindowStore, parse_record, shift_restarted, window_record
 from joulesched.policy.attribution import PodUsage, attribute
 from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneInfo, ZoneKey, counter_delta, split_node, to_nanojoules
 
@@ -796,7 +796,7 @@ def window_energy(
             "zones": {f"{k[0]}/{k[1]}": j for k, j in sorted(estimated.items())},
         },
         **(
-            {"restarted": {k: v + clock_step if k in ("at", "last_saved") else v for k, v in restarted.items()}}
+            {"restarted": shift_restarted(restarted, clock_step)}
             if restarted is not None
             else {}
         ),

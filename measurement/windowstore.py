@@ -73,6 +73,11 @@ def _no_step() -> float:
     return 0.0
 
 
+def shift_restarted(restarted: Mapping[str, Any], by: float) -> dict[str, Any]:
+    """A window's ``restarted`` with its times (``at``, ``last_saved``) moved by ``by`` seconds."""
+    return {k: v + by if k in ("at", "last_saved") and isinstance(v, int | float) else v for k, v in restarted.items()}
+
+
 def _shift(window: Mapping[str, Any], by: float) -> dict[str, Any]:
     """A window record with its times moved by ``by`` seconds."""
     shifted = dict(window)
@@ -80,9 +85,7 @@ def _shift(window: Mapping[str, Any], by: float) -> dict[str, Any]:
         shifted["start"] = shifted["start"] + by
     restarted = shifted.get("restarted")
     if isinstance(restarted, dict):
-        shifted["restarted"] = {
-            k: v + by if k in ("at", "last_saved") and isinstance(v, int | float) else v for k, v in restarted.items()
-        }
+        shifted["restarted"] = shift_restarted(restarted, by)
     return shifted
 
 
@@ -186,4 +189,4 @@ def parse_record(record: Mapping[str, Any]) -> tuple[dict[ZoneKey, int], dict[Zo
     )
 
 
-__all__ = ["Anchor", "Saved", "WindowStore", "parse_record", "window_record"]
+__all__ = ["Anchor", "Saved", "WindowStore", "parse_record", "shift_restarted", "window_record"]
