@@ -11,8 +11,10 @@ unschedulable set; it is retried as soon as a node it could fit on frees capacit
 becomes ready (kube-scheduler's queueing hints, without the back-off delay).
 
 Between events every node's utilisation is constant, so its power (its curve at that
-utilisation, plus its GPUs) is constant: energy is integrated exactly, and carbon is power ×
-PUE × the exact integral of the site's intensity series.
+utilisation, plus its GPUs) is constant: energy is integrated exactly, and so is each node's
+energy weighted by its site's intensity series (power × the series' exact integral); carbon is
+``policy.impact``'s, from the facility energy and that energy-weighted intensity, as for a
+measured pod.
 
 Deterministic for a seed: the only randomness is the tie-break and the autoscaler's
 ``random`` expander, each drawn from a ``numpy.random.Generator`` of its own.
@@ -30,9 +32,8 @@ from typing import Any
 import numpy as np
 
 from joulesched.policy.efficiency import efficiency, priorities
-from joulesched.policy.impact import facility_joules
+from joulesched.policy.impact import facility_joules, operational_grams
 from joulesched.policy.power import drawn_watts, gpu_watts
-from joulesched.policy.units import JOULES_PER_KWH
 from joulesched.sim import kube
 from joulesched.sim.cluster import ClusterSpec, Node, profile_document
 from joulesched.sim.deferral import DeferralOutcome, Deferrer, Deferring, units_of
@@ -152,7 +153,7 @@ class Engine:
         self.power = [self._power_of(i) for i in range(n)]
         self.last_t = [0.0] * n
         self.energy = [0.0] * n
-        self.carbon_ws = [0.0] * n  # W·(g/kWh)·s, times PUE
+        self.intensity_ws = [0.0] * n  # IT energy × the intensity it was drawn at: J·(g/kWh)
         self.on_seconds = [0.0] * n
         self.total_power = float(sum(self.power))
         self.idle_version = [0] * n
@@ -228,7 +229,7 @@ class Engine:
         p = self.power[n]
         if p > 0.0:
             self.energy[n] += p * (t - last)
-            self.carbon_ws[n] += p * self.pue[n] * self.series[n].integral(last, t)
+            self.intensity_ws[n] += p * self.series[n].integral(last, t)
         if self.state[n] != OFF:  # powered (booting or ready), whatever it draws: a curve may start at 0 W
             self.on_seconds[n] += t - last
         self.last_t[n] = t
@@ -663,7 +664,7 @@ class Engine:
             nodes=self.nodes,
             end_time=end,
             energy_joules=energy,
-            carbon_grams=np.array(self.carbon_ws) / JOULES_PER_KWH,
+            carbon_grams=self._carbon_grams(energy, facility),
             facility_joules=facility,
             on_seconds=np.array(self.on_seconds),
             pods=self.outcome,
@@ -681,6 +682,14 @@ class Engine:
             deferral=self._deferral_outcome(),
         )
 
+    def _carbon_grams(self, energy: np.ndarray, facility: np.ndarray) -> np.ndarray:
+        """Each node's operational CO2e: its facility energy × the intensity its energy was drawn
+        at (energy-weighted over the run; a node that drew nothing emitted nothing)."""
+        weighted = np.array(self.intensity_ws)
+        intensity = np.divide(weighted, energy, out=np.zeros_like(weighted), where=energy > 0.0)
+        grams: np.ndarray = operational_grams(facility, intensity)
+        return grams
+
     def extend_to(self, result: SimResult, horizon: float) -> None:
         """Carry every node's final state on to ``horizon`` (to compare runs over one window)."""
         if horizon <= result.end_time:
@@ -689,7 +698,7 @@ class Engine:
             self._advance(n, horizon)
         result.energy_joules = np.array(self.energy)
         result.facility_joules = facility_joules(result.energy_joules, np.array(self.pue))
-        result.carbon_grams = np.array(self.carbon_ws) / JOULES_PER_KWH
+        result.carbon_grams = self._carbon_grams(result.energy_joules, result.facility_joules)
         result.on_seconds = np.array(self.on_seconds)
         if result.power_times and self.opt.record_timeseries:
             result.power_times.append(horizon)
