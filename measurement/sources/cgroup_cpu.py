@@ -16,7 +16,11 @@ module reads the pod level, which sums its containers. The systemd driver writes
 
 CPU time: v2 ``cpu.stat`` ``usage_usec``; v1 ``cpuacct.usage`` (nanoseconds). CPU requests
 come from the weight the kubelet derived from them: v1 ``cpu.shares`` = requests × 1024 / 1000
-(at least 2); v2 ``cpu.weight`` = 1 + (shares − 2) × 9999 / 262142 (the runc conversion).
+(at least 2); v2 ``cpu.weight`` = 1 + (shares − 2) × 9999 / 262142, the kubelet's own linear
+conversion (``getCPUWeight``, pkg/kubelet/cm, through v1.37), which it writes to the pod's
+cgroup itself and reads back the same way. runc ≥ 1.3.2 and crun ≥ 1.23 convert a
+*container's* shares by another formula (⌈10^((L² + 125 L) / 612 − 7/34)⌉, L = log₂ shares);
+this module reads only the pod's cgroup, so that formula does not reach it.
 
 A pod whose files vanish between scan and read has been deleted: it is left out of the read,
 not an error.
@@ -61,6 +65,7 @@ def shares_to_millicores(shares: float) -> float:
 
 
 def weight_to_shares(weight: float) -> float:
+    """The kubelet's inverse of its pod cgroup conversion (``cpuWeightToCPUShares``), unrounded."""
     return 2.0 + (weight - 1.0) * 262142.0 / 9999.0
 
 

@@ -99,9 +99,23 @@ def test_kubelet_slice_nesting_is_recognised(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("millicores", "shares"), [(2000, 2048), (500, 512), (250, 256)])
-def test_weight_conversion_round_trips_through_runc(millicores: int, shares: int) -> None:
+def test_weight_conversion_round_trips_through_the_kubelet(millicores: int, shares: int) -> None:
     weight = 1 + ((shares - 2) * 9999) // 262142
     assert shares_to_millicores(weight_to_shares(weight)) == pytest.approx(millicores, abs=30)
+
+
+@pytest.mark.parametrize("millicores", [1, 2, 3, 10, 100, 250, 999, 1000, 1024, 4000, 64000, 255999, 256000])
+def test_a_pod_cgroups_weight_reads_back_as_the_kubelets_own_shares(millicores: int) -> None:
+    """The kubelet writes a pod's cgroup weight with its linear conversion (getCPUWeight,
+    pkg/kubelet/cm/cgroup_manager_linux.go) and reads it back with cpuWeightToCPUShares; the
+    agent's reading truncated as the kubelet's is the kubelet's own figure. With the runtimes'
+    log-quadratic conversion (runc >= 1.3.2, containers only) 1 CPU would be weight 100, which
+    this reads as 2,536 millicores: the test tells the two apart."""
+    shares = min(max(millicores * 1024 // 1000, 2), 262144)  # MilliCPUToShares
+    weight = 10000 if shares >= 262144 else 1 + ((shares - 2) * 9999) // 262142  # getCPUWeight
+    kubelet_shares = ((weight - 1) * 262142) // 9999 + 2  # cpuWeightToCPUShares
+    assert int(weight_to_shares(weight)) == kubelet_shares
+    assert shares - 27 <= weight_to_shares(weight) <= shares  # one weight step is 26.2 shares
 
 
 def test_proc_stat_busy_and_idle(tmp_path: Path) -> None:
