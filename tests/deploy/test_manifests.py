@@ -105,7 +105,7 @@ def test_extender_config_in_deploy_is_valid() -> None:
 def test_extender_rbac_reads_pods_and_binds_them_only() -> None:
     role = next(doc for _, doc in DOCS if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == "joulesched-extender")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
     ]
 

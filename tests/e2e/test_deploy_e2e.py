@@ -454,7 +454,7 @@ def test_extender_service_account_rbac(control_plane, joulesched_rbac):
     assert cfg.watch_pods, "the shipped config watches pods; the checks below assume it"
     assert can_i(cp, sa, "list", "pods", "-A")
     assert can_i(cp, sa, "watch", "pods", "-A")
-    assert can_i(cp, sa, "get", "pods", "-A")  # granted with list/watch by the ClusterRole
+    assert not can_i(cp, sa, "get", "pods", "-A")  # no single pod is read: list and watch only
     assert can_i(cp, sa, "create", "pods", "--subresource=binding", "-A") is cfg.bind_enabled
     assert can_i(cp, sa, "list", "nodes") is cfg.watch_nodes
     assert can_i(cp, sa, "watch", "nodes") is cfg.watch_nodes
@@ -472,6 +472,8 @@ def test_agent_service_account_rbac(control_plane, joulesched_rbac):
     # measurement/sources/kube_pods.py lists the pods on its node, cluster-wide:
     #   GET /api/v1/pods?fieldSelector=spec.nodeName=<node> (list pods, all namespaces).
     assert can_i(cp, sa, "list", "pods", "-A")
+    assert not can_i(cp, sa, "get", "pods", "-A")  # nothing else of pods: no single pod, no watch
+    assert not can_i(cp, sa, "watch", "pods", "-A")
     assert not can_i(cp, sa, "get", "secrets", "-A")
     assert not can_i(cp, sa, "get", "secrets", "-n", NAMESPACE)
     assert not can_i(cp, sa, "patch", "nodes")
