@@ -111,7 +111,7 @@ class Extender:
         index = self._index(snap, args)
         now = self.clock()
         load, own = self.predicted.per_row_and_own(index, arrays.updated, now, wire.pod_identity(args.pod)[2])
-        held = self.occupancy.per_row(arrays.index, len(arrays)) if self.occupancy is not None else None
+        held = self.occupancy.per_row(index, len(arrays)) if self.occupancy is not None else None
         # Everything the evaluation reads but the pod, the nodes and the time: each is replaced,
         # never written in place, when it changes.
         inputs = (snap, index, *load, own, held)

@@ -116,6 +116,46 @@ def test_the_extender_opens_an_empty_node_only_when_nothing_held_is_cheaper(tmp_
     assert scores() == {"epyc": 10, "xeon": 0}
 
 
+@pytest.mark.parametrize("node", ["host-a", "vm-1"], ids=["the server's own node", "a VM on the server"])
+def test_a_pod_on_a_vm_holds_the_physical_server_its_node_stands_on(tmp_path, node: str) -> None:
+    """In a virtualised cluster a node is scored on its server's profile (the server-id label);
+    a workload pod on that node keeps the server on just as one on the server's own node does,
+    so a new pod there answers for no idle energy."""
+    import orjson
+    import yaml
+    from prometheus_client import CollectorRegistry
+
+    from joulesched.extender.app import create_app
+    from joulesched.extender.config import parse_config
+    from joulesched.extender.metrics import ExtenderMetrics
+    from tests.extender.support import CURVE, Clock, make_pod
+
+    profiles = tmp_path / "nodes.yaml"
+    profiles.write_text(
+        yaml.safe_dump({"nodes": [{"name": "host-a", "server_id": "srv-a", "cores": 64, "power_curve_watts": CURVE}]})
+    )
+    config = parse_config(
+        {"profiles": {"file": {"path": str(profiles)}}, "policy": {"idle_power": "autoscaled"}, "predicted_load": {"watch_pods": True}},
+        "test",
+    )
+    app = create_app(config, metrics=ExtenderMetrics(CollectorRegistry()), clock=Clock(), background=False)
+    ext = app.extensions["joulesched"]["extender"]
+    ext.node_servers = {"vm-1": "srv-a"}
+
+    def idle_joules() -> float:
+        body = orjson.dumps({"Pod": make_pod("4", uid="new"), "NodeNames": [node]})
+        reply = app.test_client().post("/scheduler/explain", data=body, content_type="application/json")
+        assert reply.status_code == 200, reply.data
+        (row,) = reply.get_json()["nodes"]
+        assert "neutral" not in row  # scored on srv-a's profile
+        return float(row["estimate"]["idle_energy_joules"])
+
+    ext.occupancy.replace({})
+    assert idle_joules() > 0.0  # an empty server would be powered for this pod alone
+    ext.occupancy.replace({"service-pod": (node, math.inf)})
+    assert idle_joules() == 0.0
+
+
 def test_occupancy_kept_current_per_binding_equals_a_full_pass() -> None:
     import random
 
