@@ -705,10 +705,11 @@ class PodBindingWatch(ListWatch):
         for pod in items:
             meta = pod.get("metadata") or {}
             node = (pod.get("spec") or {}).get("nodeName")
+            if terminated(pod):  # finished in the gap: its load leaves the ledger, as in handle
+                self.predicted.forget(meta.get("uid") or "")
+                continue
             at = bound_at(pod)
             if not node or at is None or now - at > self.predicted.ttl:
-                continue
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
             self._record_bound(meta.get("uid") or "", node, pod, min(at, now))
 
@@ -749,13 +750,22 @@ class PodBindingWatch(ListWatch):
                 self.occupancy.forget(uid)
             else:
                 self.occupancy.set(uid, node, until)
+        finished = terminated(pod)
+        if finished:  # holds no CPU any more, however recently it was placed
+            self.predicted.forget(uid)
         if not node or uid in self._bound:
             return
         self._bound.add(uid)
-        self._record_bound(uid, node, pod, self.clock())
+        if not finished:
+            self._record_bound(uid, node, pod, self.clock())
         if self.unbound is not None:
             # After the record: a decision waiting on this pod must find it in the ledger.
             self.unbound.bound(uid, by_bind_verb=False)  # bound by another replica or binder
+
+
+def terminated(pod: dict[str, Any]) -> bool:
+    """Whether the pod has finished (Succeeded or Failed): it holds no CPU, bound or not."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def bound_at(pod: dict[str, Any]) -> float | None:
@@ -784,8 +794,7 @@ def holds_node_until(pod: dict[str, Any]) -> float | None:
     meta = pod.get("metadata") or {}
     if any((ref or {}).get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or ()):
         return None
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
+    if terminated(pod):
         return None
     raw = (meta.get("annotations") or {}).get(RUNTIME_ANNOTATION)
     try:
@@ -794,7 +803,7 @@ def holds_node_until(pod: dict[str, Any]) -> float | None:
         runtime = math.inf
     if not math.isfinite(runtime) or runtime < 0:
         return math.inf
-    started = _timestamp(status.get("startTime")) or _timestamp(meta.get("creationTimestamp"))
+    started = _timestamp((pod.get("status") or {}).get("startTime")) or _timestamp(meta.get("creationTimestamp"))
     return math.inf if started is None else started + runtime
 
 

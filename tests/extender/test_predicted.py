@@ -310,6 +310,41 @@ def test_the_pod_watch_records_the_listed_pods_bound_within_the_ttl_at_their_bin
     assert predicted.placement("ahead") == placed["ahead"]
 
 
+def test_a_pod_the_watch_sees_finish_leaves_the_ledger_and_a_listing_agrees() -> None:
+    # A pod placed seconds ago that has already finished (a short job) holds no CPU: the watch
+    # takes it off the ledger when it sees the phase change, not at the TTL, and a listing
+    # after a broken watch takes off one that finished in the gap, as a fresh replica, which
+    # never records it, would have it.
+    from joulesched.extender.kube import PodBindingWatch
+
+    def pod(phase: str) -> dict:
+        return {
+            "metadata": {"uid": "job-1", "name": "job-1", "namespace": "d"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "8"}}}]},
+            "status": {"phase": phase},
+        }
+
+    index, updated = {"n1": 0}, np.array([np.nan])  # a static profile: no measurement settles it
+    for phase in ("Succeeded", "Failed"):
+        predicted = PredictedLoad(ttl_seconds=300, settle_seconds=30)
+        watch = PodBindingWatch("", predicted, clock=lambda: 1000.0)
+        watch.handle("ADDED", pod("Running"))
+        assert predicted.per_row(index, updated, 1001.0).cores[0] == 8.0
+        watch.handle("MODIFIED", pod(phase))
+        assert predicted.placement("job-1") is None
+        assert predicted.per_row(index, updated, 1001.0).cores[0] == 0.0
+        watch.handle("MODIFIED", pod(phase))  # its later updates do not bring it back
+        assert predicted.placement("job-1") is None
+
+    running = PredictedLoad(ttl_seconds=300, settle_seconds=30)
+    watch = PodBindingWatch("", running, clock=lambda: 1000.0)
+    watch.handle("ADDED", pod("Running"))
+    watch.record_listed([pod("Succeeded")])  # the watch broke off and lists again
+    fresh = PredictedLoad(ttl_seconds=300, settle_seconds=30)
+    PodBindingWatch("", fresh, clock=lambda: 1000.0).record_listed([pod("Succeeded")])
+    assert running.placement("job-1") is None and fresh.placement("job-1") is None
+
+
 def test_the_pod_watch_keeps_the_demand_of_the_placement_recorded_for_the_node_it_sees_bound() -> None:
     # The bind verb recorded each pod with its decision's demand (the owner's observed CPU,
     # here a quarter core where the pod requests 4). The watch, seeing the pod bound to that
