@@ -97,8 +97,10 @@ class PredictedLoad:
             old = self._pods.get(uid)
             if old is not None and old.confirmed and not confirmed:
                 return  # a bound pod is where it is; a later guess does not move it
-            if old is not None and old.node == node:
+            if old is not None and old.node == node and (old.confirmed or not confirmed):
                 at = old.at  # the same placement seen again keeps its first time
+            # (a guess confirmed takes the binding's time: the TTL and the settling run from
+            # when the pod was bound, which a PreBind wait can hold long after the decision)
             placed = Placement(node, cores, gpus, at, confirmed)
             if placed == old:
                 return  # the watch seeing a binding the bind verb recorded: nothing moves

@@ -310,6 +310,21 @@ def test_the_pod_watch_records_the_listed_pods_bound_within_the_ttl_at_their_bin
     assert predicted.placement("ahead") == placed["ahead"]
 
 
+def test_a_binding_that_confirms_a_guess_counts_from_the_binding() -> None:
+    # Decided (the top choice, a guess) at t=0, bound on that node at t=290 (held in PreBind by
+    # a volume, say): the TTL and the settling run from the binding, not from the guess. A
+    # placement bound and seen bound again keeps its first time.
+    static = np.array([np.nan])  # a static profile: only the TTL expires placements
+    ledger = PredictedLoad(ttl_seconds=300, settle_seconds=30)
+    ledger.record("p", "a", 4.0, 0.0, 0.0, confirmed=False)
+    ledger.record("p", "a", 4.0, 0.0, 290.0, confirmed=True)
+    assert ledger.per_row({"a": 0}, static, 301.0).cores[0] == 4.0
+    assert ledger.per_row({"a": 0}, np.array([300.0]), 301.0).cores[0] == 4.0  # measured 10 s after
+    ledger.record("p", "a", 4.0, 0.0, 295.0, confirmed=True)  # the watch sees the same binding
+    assert ledger.placement("p").at == 290.0
+    assert ledger.per_row({"a": 0}, static, 591.0).cores[0] == 0.0  # the TTL from the binding
+
+
 def test_a_pod_the_watch_sees_finish_leaves_the_ledger_and_a_listing_agrees() -> None:
     # A pod placed seconds ago that has already finished (a short job) holds no CPU: the watch
     # takes it off the ledger when it sees the phase change, not at the TTL, and a listing
