@@ -386,6 +386,22 @@ def read_settings(cls: type[T], doc: Any, check: Checker, path: str = "", *, lim
     return cls(**read_values(cls, doc, check, path, limits=limits), **given)
 
 
+def settings_document(settings: Any) -> dict[str, Any]:
+    """The document :func:`read_settings` reads back as ``settings``: every declared field (custom
+    ones left out) at its key, dotted keys as nested mappings, sections as their own documents."""
+    doc: dict[str, Any] = {}
+    for f, s in specs(type(settings)):
+        if s.kind == "custom":
+            continue
+        value = getattr(settings, f.name)
+        node = doc
+        parts = (s.key or f.name).split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = settings_document(value) if s.kind == "section" else value
+    return doc
+
+
 def limit_problems(settings: Any, path: str = "") -> list[str]:
     """The bounds and choices problems of a built settings object, sections included."""
     problems: list[str] = []

@@ -40,6 +40,7 @@ from joulesched.policy.config import PolicyConfig
 from joulesched.policy.demand import GPU_RESOURCE, PodDemand
 from joulesched.policy.profile import NodeArrays, parse_profiles
 from joulesched.policy.scoring import evaluate
+from joulesched.policy.validate import settings_document
 from joulesched.sim.errors import ExtenderCallError
 
 _DNS_LABEL = re.compile(r"[^a-z0-9.-]+")
@@ -270,16 +271,9 @@ def extender_config(profile_path: str | Path, policy: PolicyConfig, listen: str)
     return {
         "listen": listen,
         "prefix": "/scheduler",
-        "profiles": {"source": "file", "file": {"path": str(profile_path), "reload_seconds": 1e-6}},
-        "policy": {
-            "strategy": policy.strategy,
-            "band": policy.band,
-            "neutral_score": policy.neutral_score,
-            "max_age_seconds": policy.max_age_seconds,
-            "reference_runtime_seconds": policy.reference_runtime_seconds,
-            "gpu_pod_utilisation": policy.gpu_pod_utilisation,
-            "power_cap": {"enabled": policy.power_cap_enabled, "headroom": policy.power_cap_headroom},
-        },
+        # absolute: the extender reads a relative path against its config file's folder
+        "profiles": {"source": "file", "file": {"path": str(Path(profile_path).resolve()), "reload_seconds": 1e-6}},
+        "policy": settings_document(policy),  # every setting, as the simulator's own policy has it
         "predicted_load": {"ttl_seconds": 0},
         "server": {"workers": 1, "threads": 2},
     }
