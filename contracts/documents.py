@@ -22,6 +22,8 @@ def read_yaml(path: str | Path, error: type[Exception] = ConfigError) -> Any:
         text = file.read_text(encoding="utf-8")
     except OSError as err:
         raise error(str(file), [f"cannot read: {err.strerror or err}"]) from err
+    except UnicodeDecodeError as err:
+        raise error(str(file), [f"not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start}"]) from err
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
