@@ -99,7 +99,10 @@ def read_profile_file(path: str) -> ProfileSet:
         doc = orjson.loads(raw) if file.suffix == ".json" else yaml.safe_load(raw)
     except (orjson.JSONDecodeError, yaml.YAMLError) as err:
         raise ConfigError(str(file), [f"not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {err}"]) from err
-    return parse_profiles(doc, str(file))
+    profiles = parse_profiles(doc, str(file))
+    if not profiles.nodes:  # an empty file (one truncated as it is rewritten) is not a cluster of no nodes
+        raise ConfigError(str(file), ["nodes: none given (a profile file names at least one node)"])
+    return profiles
 
 
 class FileSource:

@@ -154,7 +154,7 @@ def test_stdout_through_the_joulesched_command(capsys: pytest.CaptureFixture[str
     ("args", "message"),
     [
         (["--profiles", "/nonexistent/p.yaml", "--group-from-name", BY_NAME], "/nonexistent/p.yaml"),
-        (["--profiles", "EMPTY", "--group-from-name", BY_NAME], "no node profiles"),
+        (["--profiles", "EMPTY", "--group-from-name", BY_NAME], "nodes: none given"),
         (["--profiles", "BROKEN", "--group-from-name", BY_NAME], "nodes[0].cores"),
         (["--profiles", str(EXAMPLE), "--group-from-name", "^zzz-(.*)$"], "no profiled node is in a node group"),
         (["--profiles", str(EXAMPLE), "--group-from-name", "(unclosed"], "--group-from-name '(unclosed'"),
