@@ -25,11 +25,13 @@ agent's ``GET /v1/profile`` and the simulator's cluster. A document is a mapping
 The power curve has 11 points: watts at 0 %, 10 %, … 100 % CPU load, as SPECpower results
 publish them. A linear model ``idle + watts_per_core × busy cores`` is turned into the same
 11 points, so the maths has one mechanism. Site values (PUE, grid carbon intensity) may be
-overridden per node.
+overridden per node. A node whose intensity neither it nor its site gives has none (NaN,
+unknown): under ``strategy: carbon`` it scores neutral, never 0 g and the best.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -67,7 +69,7 @@ GPU_FIELDS = ("count", "idle_watts", "max_watts", "speed", "utilisation", "model
 SITE_FIELDS = ("pue", "carbon_intensity", "wue", "renewable_share")
 
 DEFAULT_PUE = 1.0
-DEFAULT_CARBON_INTENSITY = 0.0  # gCO2e/kWh; a node without a site has no carbon signal
+DEFAULT_CARBON_INTENSITY = math.nan  # gCO2e/kWh: not given, unknown (never 0 g, which would win under carbon)
 
 # Whether a node's idle power can be avoided (docs/policy.md, "Idle power"): a node of an
 # autoscaled node group or a power-managed bare-metal server is powered down when it is empty,
@@ -128,9 +130,9 @@ class NodeProfile:
             "speed": self.speed,
             "utilisation": self.utilisation,
             "pue": self.pue,
-            "carbon_intensity": self.carbon_intensity,
         }
         optional: dict[str, Any] = {
+            "carbon_intensity": None if math.isnan(self.carbon_intensity) else self.carbon_intensity,
             "site": self.site or None,
             "memory_bytes": self.memory_bytes or None,
             "measured_watts": self.measured_watts,
@@ -164,10 +166,11 @@ class ProfileSet:
     sites: Mapping[str, Site] = field(default_factory=dict)
 
     def to_document(self) -> dict[str, Any]:
-        sites = {
-            name: {"pue": s.pue, "carbon_intensity": s.carbon_intensity, "wue": s.wue, "renewable_share": s.renewable_share}
-            for name, s in self.sites.items()
-        }
+        sites: dict[str, dict[str, float]] = {}
+        for name, s in self.sites.items():
+            sites[name] = {"pue": s.pue, "carbon_intensity": s.carbon_intensity, "wue": s.wue, "renewable_share": s.renewable_share}
+            if math.isnan(s.carbon_intensity):  # not given: left out, as it came
+                del sites[name]["carbon_intensity"]
         return {"sites": sites, "nodes": [n.to_document() for n in self.nodes]}
 
 

@@ -119,6 +119,33 @@ def test_a_flat_zero_cost_unknown_node_cannot_win() -> None:
     assert ev.scores.tolist() == [PolicyConfig().neutral_score, 10]
 
 
+def test_a_node_whose_carbon_intensity_nobody_gave_scores_neutral_under_carbon() -> None:
+    # A profile file's node without a site or an intensity of its own: unknown, not 0 g/kWh,
+    # which would make it the cheapest node under carbon and push every node with data to 0.
+    from joulesched.policy.profile import parse_profiles
+
+    curve = [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
+    doc = {
+        "sites": {"clean": {"pue": 1.1, "carbon_intensity": 55}, "no-data": {"pue": 1.2}},
+        "nodes": [
+            {"name": "known", "site": "clean", "cores": 64, "power_curve_watts": curve},
+            {"name": "no-site", "cores": 64, "power_curve_watts": curve},
+            {"name": "site-without", "site": "no-data", "cores": 64, "power_curve_watts": curve},
+        ],
+    }
+    profiles = parse_profiles(doc, "nodes.yaml")
+    arrays = NodeArrays.build(profiles.nodes)
+    carbon = PolicyConfig(strategy="carbon", neutral_score=5)
+    ev = evaluate(arrays, np.array([0, 1, 2]), PodDemand(4.0), carbon, 1000.0)
+    assert ev.scores.tolist() == [10, 5, 5]
+    assert ev.best() == 0
+    assert np.isnan(ev.carbon_grams[1:]).all()
+    # under energy the intensity plays no part: the same nodes score on their energy alone
+    assert evaluate(arrays, np.array([0, 1, 2]), PodDemand(4.0), PolicyConfig(), 1000.0).scores.tolist() == [10, 10, 10]
+    # and the document written back leaves the unknown out, as it came in
+    assert parse_profiles(profiles.to_document(), "again") == profiles
+
+
 def test_power_cap_fails_nodes_that_would_cross_it_with_headroom() -> None:
     cfg = PolicyConfig(power_cap_headroom=0.05)
     nodes = [
