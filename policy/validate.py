@@ -104,9 +104,9 @@ class Checker:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.problem(where, f"must be a number, got {_type_name(value)} {value!r}")
             return None
-        number = float(value)
+        number = _as_float(value)
         if not math.isfinite(number):
-            self.problem(where, f"must be finite, got {value!r}")
+            self.problem(where, f"must be finite, got {value!r:.40}")
             return None
         out_of_bounds = _bounds_problem(number, value, minimum, exclusive_minimum, maximum)
         if out_of_bounds is not None:
@@ -179,14 +179,22 @@ class Checker:
             return None
         out: list[float] = []
         for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(float(item)):
-                self.problem(f"{where}[{i}]", f"must be a finite number, got {item!r}")
+            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(_as_float(item)):
+                self.problem(f"{where}[{i}]", f"must be a finite number, got {item!r:.40}")
                 return None
             if minimum is not None and float(item) < minimum:
                 self.problem(f"{where}[{i}]", f"must be >= {minimum:g}, got {item!r}")
                 return None
             out.append(float(item))
         return out
+
+
+def _as_float(value: int | float) -> float:
+    """``float(value)``, where an integer too large for a float (YAML reads any digits) is inf."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _join(path: str, key: str) -> str:

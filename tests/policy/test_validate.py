@@ -83,3 +83,23 @@ def test_the_reference_table() -> None:
     assert "| `ratio` | 0.5 | > 0, <= 1 | a share |" in table
     assert "| `inner.count` | 2 | whole, 1 … 8 | how many |" in table
     assert "| `mode` | `fast` | `fast`, `slow` | how |" in table
+
+
+def test_an_integer_too_large_for_a_float_is_a_problem_at_its_path_not_an_overflow() -> None:
+    # YAML reads any run of digits as an integer; float() of 401 digits raises OverflowError.
+    import yaml
+
+    from joulesched.policy.config import parse_policy
+    from joulesched.policy.errors import ConfigError
+    from joulesched.policy.profile import parse_profiles
+
+    big = "1" + "0" * 400
+    check = Checker("policy.yaml")
+    parse_policy(yaml.safe_load(f"band: {big}\n"), check)
+    assert check.problems == ["policy.band: must be finite, got 1000000000000000000000000000000000000000"]
+    doc = yaml.safe_load(f"nodes: [{{name: a, cores: 4, power_curve_watts: [{big},1,1,1,1,1,1,1,1,1,1]}}]\n")
+    with pytest.raises(ConfigError) as caught:
+        parse_profiles(doc, "nodes.yaml")
+    assert caught.value.problems[0] == (
+        "nodes[0].power_curve_watts[0]: must be a finite number, got 1000000000000000000000000000000000000000"
+    )
