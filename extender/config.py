@@ -199,6 +199,10 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
     if prom_url and not prom_url.startswith(("http://", "https://")):
         check.problem("profiles.prometheus.url", f"must be an http:// or https:// URL, got {prom_url!r}")
     if config.source == "tenant":
+        if base_dir is not None:  # secret files, as the TLS files, relative to the config's folder
+            tenant = config.tenant
+            token, password = (base_dir / f if f and not Path(f).is_absolute() else f for f in (tenant.registrar_token_file, tenant.password_file))
+            config = replace(config, tenant=replace(tenant, registrar_token_file=str(token), password_file=str(password)))
         check_tenant_config(config.tenant, "profiles.tenant", check)
     # A decision waiting for a binding (bind.wait_seconds, 0.2 s by default) holds a thread, and
     # where binds share that decision's pool the bind needs another of it.
@@ -238,7 +242,21 @@ def _check_tls(server: ServerConfig, base_dir: Path | None, check: Checker) -> S
         check.problem("server.tls.client_ca_file", "needs cert_file and key_file: mutual TLS is TLS first")
     if files["tls_client_ca_file"] and server.worker != "buffered":
         check.problem("server.tls.client_ca_file", "is enforced by the buffered worker: server.worker must be buffered")
+    for name, value in files.items():
+        if value:  # read before gunicorn starts: its own check is a traceback from the arbiter
+            problem = unreadable(value)
+            if problem:
+                check.problem(f"server.tls.{name.removeprefix('tls_')}", f"{value}: {problem}")
     return replace(server, **files)
+
+
+def unreadable(path: str) -> str | None:
+    """Why the file at ``path`` cannot be read, or None when it can."""
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as err:
+        return f"cannot read: {err.strerror or err}"
 
 
 def load_config(path: str | None) -> ExtenderConfig:

@@ -55,7 +55,7 @@ class TenantConfig:
     """``profiles.tenant.*`` (docs/provider.md, "Tenant mode")."""
 
     registrar_url: str = setting("", "NADIKI registrar API base; required for `tenant`", shown="—")
-    registrar_token_file: str = setting("", "bearer token for the registrar (if it wants one)", shown="—")
+    registrar_token_file: str = setting("", "bearer token for the registrar (if it wants one; relative to the config file)", shown="—")
     influx_url: str = setting(
         "", "the provider's InfluxDB, read through the 1.x `/query` API; required for `tenant`", shown="—"
     )
@@ -63,7 +63,7 @@ class TenantConfig:
         "", "InfluxDB database (1.x) or bucket (v1 compatibility API); required for `tenant`", shown="—"
     )
     username: str = setting("", "InfluxDB user (HTTP Basic)", shown="—")
-    password_file: str = setting("", "file holding the InfluxDB password or token", shown="—")
+    password_file: str = setting("", "file holding the InfluxDB password or token (relative to the config file)", shown="—")
     measurement: str = setting("server", "the measurement holding the servers' energy")
     threads_per_core: int = setting(2, "logical CPUs per registered physical core", minimum=1, maximum=8)
     history_seconds: float = setting(
@@ -80,18 +80,31 @@ def check_tenant_config(config: TenantConfig, path: str, check: Checker) -> None
             check.problem(f"{path}.{key}", "is required when profiles.source is tenant")
         elif key != "database" and not value.startswith(("http://", "https://")):
             check.problem(f"{path}.{key}", f"must be an http:// or https:// URL, got {value!r}")
+    for key in ("registrar_token_file", "password_file"):  # read now, before any worker starts
+        value = getattr(config, key)
+        problem = _secret_problem(value) if value else None
+        if problem:
+            check.problem(f"{path}.{key}", f"{value}: {problem}")
+
+
+def _secret_problem(path: str) -> str | None:
+    """Why the secret file at ``path`` gives no secret, or None when it gives one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        return f"cannot read: {err.strerror or err}"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    return None if text else "the file is empty"
 
 
 def _read_secret(path: str, what: str) -> str:
     if not path:
         return ""
-    try:
-        text = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as err:
-        raise ConfigError(path, [f"{what}: cannot read: {err.strerror or err}"]) from err
-    if not text:
-        raise ConfigError(path, [f"{what}: the file is empty"])
-    return text
+    problem = _secret_problem(path)
+    if problem:
+        raise ConfigError(path, [f"{what}: {problem}"])
+    return Path(path).read_text(encoding="utf-8").strip()
 
 
 def server_profile(

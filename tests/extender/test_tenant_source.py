@@ -127,11 +127,20 @@ def test_the_config_names_every_missing_setting(tmp_path: Path) -> None:
     assert "profiles.tenant.registrar_url: is required" in text
     assert "profiles.tenant.influx_url: must be an http:// or https:// URL" in text
     assert "profiles.tenant.database: is required" in text
-    empty = tmp_path / "password"
-    empty.write_text("")
-    doc = {"registrar_url": "http://r", "influx_url": "http://i", "database": "d", "password_file": str(empty)}
-    with pytest.raises(ConfigError, match="password_file: the file is empty"):
-        TenantSource(parse_config({"profiles": {"source": "tenant", "tenant": doc}}, "t").tenant)
+    # The secret files are read with the config, before any worker starts, relative to its folder.
+    (tmp_path / "password").write_text("")
+    doc = {"registrar_url": "http://r", "influx_url": "http://i", "database": "d", "password_file": "password",
+           "registrar_token_file": "/nonexistent/token"}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        parse_config({"profiles": {"source": "tenant", "tenant": doc}}, "extender.yaml", tmp_path)
+    assert err.value.problems == [
+        "profiles.tenant.registrar_token_file: /nonexistent/token: cannot read: No such file or directory",
+        f"profiles.tenant.password_file: {tmp_path / 'password'}: the file is empty",
+    ]
+    (tmp_path / "password").write_text("secret\n")
+    doc.pop("registrar_token_file")
+    config = parse_config({"profiles": {"source": "tenant", "tenant": doc}}, "extender.yaml", tmp_path)
+    assert TenantSource(config.tenant)._password == "secret"
 
 
 def test_the_extender_builds_the_tenant_source_from_its_config(side: Provider) -> None:

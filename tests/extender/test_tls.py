@@ -157,5 +157,15 @@ def test_tls_config_rules(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"server\.worker must be buffered"):
         tls = {"cert_file": "a.pem", "key_file": "k.pem", "client_ca_file": "ca.pem"}
         parse_config({**base, "server": {"worker": "gthread", "tls": tls}}, "t", tmp_path)
-    config = parse_config({**base, "server": {"tls": {"cert_file": "a.pem", "key_file": "/k.pem"}}}, "t", tmp_path)
-    assert config.server.tls_cert_file == str(tmp_path / "a.pem") and config.server.tls_key_file == "/k.pem"
+    key = tmp_path / "keys" / "k.pem"
+    with pytest.raises(ConfigError) as missing:  # read before gunicorn starts, which would give a traceback
+        parse_config({**base, "server": {"tls": {"cert_file": "a.pem", "key_file": str(key)}}}, "t", tmp_path)
+    assert missing.value.problems == [
+        f"server.tls.cert_file: {tmp_path / 'a.pem'}: cannot read: No such file or directory",
+        f"server.tls.key_file: {key}: cannot read: No such file or directory",
+    ]
+    key.parent.mkdir()
+    key.write_text("key")
+    (tmp_path / "a.pem").write_text("cert")
+    config = parse_config({**base, "server": {"tls": {"cert_file": "a.pem", "key_file": str(key)}}}, "t", tmp_path)
+    assert config.server.tls_cert_file == str(tmp_path / "a.pem") and config.server.tls_key_file == str(key)
