@@ -42,7 +42,7 @@ from joulesched.measurement.provider_figures import ProviderAccess, ProviderFigu
 from joulesched.measurement.sources.registry import Outcome, open_sources
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.impact import facility_joules, operational_grams, water_litres
-from joulesched.policy.site import IntensityUnavailable
+from joulesched.policy.site import IntensityUnavailable, SiteModel
 
 log = logging.getLogger("joulesched.agent")
 
@@ -250,7 +250,32 @@ def _intensity_value(text: str) -> float:
     return value
 
 
-def _impact(args: argparse.Namespace, joules: float, t0: float, t1: float) -> tuple[dict[str, Any] | None, str]:
+def _chosen_site(parser: argparse.ArgumentParser, args: argparse.Namespace) -> SiteModel | None:
+    """The site of ``--site FILE`` [``--site-name NAME``], read and checked before the command
+    runs (a bad file or name is exit 2 then, not a lost figure after hours); None without one."""
+    if args.site_name and not args.site:
+        parser.error("--site-name needs --site FILE")
+    if not args.site or args.intensity is not None:
+        return None
+    from joulesched.contracts.sitefile import load_site_file
+
+    try:
+        catalogue = load_site_file(args.site)
+    except ConfigError as err:
+        parser.error(f"--site {err}")
+    names = sorted(catalogue.sites)
+    if args.site_name:
+        if args.site_name not in catalogue.sites:
+            parser.error(f"--site-name {args.site_name!r}: no such site in {args.site} (sites: {', '.join(names)})")
+        return catalogue.sites[args.site_name]
+    if len(names) != 1:
+        parser.error(f"--site {args.site} has {len(names)} sites: choose one with --site-name ({', '.join(names)})")
+    return catalogue.sites[names[0]]
+
+
+def _impact(
+    args: argparse.Namespace, site: SiteModel | None, joules: float, t0: float, t1: float
+) -> tuple[dict[str, Any] | None, str]:
     """CO2e and water of ``joules`` of IT energy from ``--intensity`` or the site; (None, why) when not given."""
     if args.intensity is not None:
         return {
@@ -261,20 +286,8 @@ def _impact(args: argparse.Namespace, joules: float, t0: float, t1: float) -> tu
             "water_litres": None,
             "from": "--intensity",
         }, ""
-    if not args.site:
+    if site is None:
         return None, "give --intensity G_PER_KWH or --site FILE for CO2e"
-    from joulesched.contracts.sitefile import load_site_file
-
-    catalogue = load_site_file(args.site)  # ConfigError: reported by the caller
-    names = sorted(catalogue.sites)
-    if args.site_name:
-        if args.site_name not in catalogue.sites:
-            return None, f"{args.site}: no site {args.site_name!r} (sites: {', '.join(names)})"
-        site = catalogue.sites[args.site_name]
-    elif len(names) == 1:
-        site = catalogue.sites[names[0]]
-    else:
-        return None, f"{args.site} has {len(names)} sites: choose one with --site-name ({', '.join(names)})"
     try:
         intensity = site.carbon.integral(t0, t1) / (t1 - t0) if t1 > t0 else site.carbon.at(t0)
     except IntensityUnavailable as err:
@@ -388,6 +401,7 @@ def measure_main(argv: Sequence[str]) -> int:
     if not command:
         parser.error("give the command after --, e.g. joulesched measure -- nextflow run main.nf")
     access = _provider_access(parser, args)
+    site = _chosen_site(parser, args)
     _setup_logging(args.log_level if args.log_level != "info" else "warning")
     config = _load(args)
     if config is None:
@@ -478,10 +492,7 @@ def measure_main(argv: Sequence[str]) -> int:
     result["estimate"] = estimated.as_dict() if estimated else None
     result["cpu_seconds"] = cpu_seconds
     result["kilojoules"] = {k: v / 1000.0 for k, v in result["joules"].items()}
-    try:
-        impact, problem = _impact(args, result["joules"]["node"], result["start"], result["end"])
-    except ConfigError as err:
-        impact, problem = None, str(err)
+    impact, problem = _impact(args, site, result["joules"]["node"], result["start"], result["end"])
     result["impact"] = impact
     if problem:
         result["impact_problem"] = problem

@@ -139,10 +139,40 @@ def test_a_site_file_with_several_sites_needs_a_name(tmp_path: Path, capfd: pyte
     replica(tmp_path, UNKNOWN)
     site = tmp_path / "site.yaml"
     site.write_text("sites:\n  a: {carbon_intensity: 1}\n  b: {carbon_intensity: 2}\n")
-    assert measure_main([*flags(tmp_path), "--site", str(site), "--", sys.executable, "-c", "pass"]) == 0
-    assert "choose one with --site-name (a, b)" in capfd.readouterr().err
+    ran = tmp_path / "ran"
+    command = ["--", sys.executable, "-c", f"open({str(ran)!r}, 'w')"]
+    with pytest.raises(SystemExit) as exit_:
+        measure_main([*flags(tmp_path), "--site", str(site), *command])
+    assert exit_.value.code == 2 and "choose one with --site-name (a, b)" in capfd.readouterr().err
     assert measure_main([*flags(tmp_path), "--site", str(site), "--site-name", "b", "--", "true"]) == 0
     assert "at 2 gCO2e/kWh (site b in" in capfd.readouterr().err
+    assert not ran.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--site", "{missing}"], "--site {missing}: 1 problem"),
+        (["--site", "{site}", "--site-name", "c"], "--site-name 'c': no such site in {site} (sites: a)"),
+        (["--site-name", "a"], "--site-name needs --site FILE"),
+    ],
+    ids=["no such file", "no such site", "a name without a file"],
+)
+def test_a_bad_site_stops_measure_before_the_command_runs(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    # The CO2e figure of a run of hours must not be lost to a typo found only at its end.
+    replica(tmp_path, UNKNOWN)
+    site = tmp_path / "site.yaml"
+    site.write_text("sites:\n  a: {carbon_intensity: 1}\n")
+    ran = tmp_path / "ran"
+    where = {"site": str(site), "missing": str(tmp_path / "missing.yaml")}
+    argv = [*flags(tmp_path), *(a.format(**where) for a in args), "--", sys.executable, "-c", f"open({str(ran)!r}, 'w')"]
+    with pytest.raises(SystemExit) as exit_:
+        measure_main(argv)
+    assert exit_.value.code == 2
+    assert message.format(**where) in capfd.readouterr().err
+    assert not ran.exists()
 
 
 def test_real_counters_are_not_labelled_estimated(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
