@@ -79,7 +79,7 @@ def test_base_daemonset_is_least_privilege() -> None:
 
 def test_rbac_only_reads_pods() -> None:
     role = next(d for d in build(DEPLOY) if d["kind"] == "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
 
 
 def test_msr_overlay_adds_only_sys_rawio_and_dev_cpu() -> None:
