@@ -73,6 +73,7 @@ from joulesched.policy.site import (
     IntensitySeries,
     IntensityUnavailable,
     Location,
+    NoIntensity,
     ServerEmbodied,
     SiteCatalogue,
     SiteModel,
@@ -483,7 +484,9 @@ def _parse_carbon(
     if "carbon_api" in body:
         return _parse_carbon_api(body.get("carbon_api"), f"{path}.carbon_api", check, base_dir)
     if "carbon_series" not in body:
-        ci = check.number(body, "carbon_intensity", path, default=0.0, minimum=0.0)
+        if body.get("carbon_intensity") is None:  # not given: unknown
+            return NoIntensity()
+        ci = check.number(body, "carbon_intensity", path, minimum=0.0)
         return ConstantIntensity(ci) if ci is not None else None
     spath = f"{path}.carbon_series"
     series = check.mapping(body.get("carbon_series"), spath)

@@ -98,6 +98,23 @@ class ConstantIntensity:
 
 
 @dataclass(frozen=True)
+class NoIntensity:
+    """A site whose file gives no carbon intensity: unknown, never 0 g/kWh (which would make it
+    the cleanest site); every read raises :class:`IntensityUnavailable`, as a source with no
+    value for the time does, and the caller's fallback for that applies."""
+
+    @property
+    def name(self) -> str:
+        return "no carbon intensity given"
+
+    def at(self, t: float) -> float:
+        raise IntensityUnavailable("no carbon_intensity, carbon_series or carbon_api given for the site")
+
+    def integral(self, a: float, b: float) -> float:
+        return self.at(a)
+
+
+@dataclass(frozen=True)
 class IntensitySeries:
     """A step function: ``values[k]`` holds on ``[starts[k], starts[k+1])``, the last until ``end``.
 

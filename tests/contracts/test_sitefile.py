@@ -368,3 +368,16 @@ def test_the_file_source_rereads_a_changed_file_and_keeps_the_last_good_series(t
     path.unlink()
     source.refresh(force=True)
     assert source.at(T0 + 3600) == 100.0 and "cannot read" in source.error
+
+
+def test_a_site_without_carbon_data_has_an_unknown_intensity_not_zero() -> None:
+    # 0 g/kWh would make the site the cleanest of all: every read says it is unknown instead,
+    # and what reads it falls back (the agent leaves its gauge out, measure names the problem).
+    catalogue = parse_site_document({"sites": {"lab": {"pue": 1.2}, "null": {"carbon_intensity": None}, "zero": {"carbon_intensity": 0}}}, "sites.yaml")
+    for name in ("lab", "null"):
+        with pytest.raises(IntensityUnavailable, match="no carbon_intensity, carbon_series or carbon_api given"):
+            catalogue.sites[name].carbon.at(0.0)
+        with pytest.raises(IntensityUnavailable):
+            catalogue.sites[name].carbon.integral(0.0, 3600.0)
+    assert catalogue.sites["lab"].pue == 1.2
+    assert catalogue.sites["zero"].carbon == ConstantIntensity(0.0)  # given as 0: 0
