@@ -39,7 +39,10 @@ both, so windows and attribution count it); without an estimate the interval sta
 (``discarded_seconds``). Either way it is counted in ``anomalies``.
 
 Zones are re-listed every ``rescan_seconds``: a new zone starts from its first reading; a zone
-that disappeared keeps its total and is marked absent.
+that disappeared keeps its total and its last reading and is marked absent. When it is listed
+again its next reading is differenced against that last one, as after failed reads: a counter
+that kept counting loses nothing, one that came back reset is a ``reset``, and a power zone
+absent longer than ``max_gap_seconds`` is a ``gap``.
 
 Each zone's power gauge (:meth:`EnergyMeter.zone_states`) is its total's change over the last
 ``power_window_seconds`` of accepted readings — never one interval's jump — capped at the zone's
@@ -235,14 +238,14 @@ class EnergyMeter:
             else:
                 existing.zone = zone
                 if not existing.present:
+                    # back: its next reading is differenced against the last one before it went,
+                    # as after failed reads (a counter that kept counting loses nothing; one that
+                    # came back reset is a reset, a power zone gone too long a gap)
                     existing.present = True
-                    existing.last = None  # re-plugged: start from its next reading
-                    existing.history.clear()
                     changed = True
         for name, zs in state.zones.items():
             if name not in seen and zs.present:
-                zs.present = False
-                zs.last = None
+                zs.present = False  # its last reading stays, for when it comes back
                 zs.history.clear()
                 changed = True
         return changed
@@ -297,6 +300,20 @@ class EnergyMeter:
                 for zs in st.zones.values()
                 if zs.info.kind == "power" and zs.last is not None and zs.present
             }
+
+    def covered_until(self, source: str) -> float | None:
+        """How far in time a source's totals reach: the oldest last accepted reading of its
+        present top-level zones (a power zone's energy is integrated up to its last reading, a
+        counter's up to its last change); None before any reading."""
+        with self.lock:
+            times = [
+                zs.last.timestamp
+                for st in self._sources
+                if st.name == source
+                for zs in st.zones.values()
+                if zs.present and zs.last is not None and zs.info.parent is None
+            ]
+        return min(times) if times else None
 
     def _gauge(self, zs: _ZoneState, now: float) -> float | None:
         if not zs.present or now - zs.last_ok > self.stale_seconds or len(zs.history) < 2:

@@ -18,7 +18,7 @@ from joulesched.measurement.meter import EnergyMeter
 from joulesched.measurement.sampler import Sampler
 from joulesched.measurement.sources.base import Roots
 from joulesched.measurement.sources.registry import open_sources
-from tests.measurement.fakes import FakeClock
+from tests.measurement.fakes import FakeClock, FakeSource, FakeZone
 from tests.measurement.replica import DEFAULT_MAX_UJ, PowercapTree
 
 ENTRY = "intel-rapl:0"
@@ -193,3 +193,58 @@ def test_window_traffic_drops_no_energy_of_a_coarse_counter(
     counted = next(z.joules_total for z in snap.zones if z.zone == "package-0")
     assert counted == pytest.approx(truth, abs=1e-6)
     assert snap.anomalies == ()
+
+
+@pytest.mark.parametrize(
+    ("kept_counting", "kinds"),
+    [(True, set()), (False, {"reset"})],
+    ids=[
+        "a zone missing from a re-listing that kept counting loses nothing",
+        "a zone back from a re-listing reset counts as a reset",
+    ],
+)
+def test_a_zone_missing_from_a_relisting(
+    roots: Roots, powercap: PowercapTree, clock: FakeClock, kept_counting: bool, kinds: set[str]
+) -> None:
+    """The zone is marked absent at one re-listing and listed again at the next: its next reading
+    is differenced against its last one before it went, as after failed reads."""
+    powercap.add(ENTRY, "package-0", energy_uj=100_000_000_000)
+    powercap.add("intel-rapl:1", "package-1")  # stays: the source keeps reading
+    sources = open_sources(("rapl_sysfs",), {}, roots, clock).sources
+    meter = EnergyMeter(sources, clock=clock, rescan_seconds=5.0, retry_max_seconds=1.0)
+    rig = Rig(powercap, clock, meter)
+    rig.read()
+    rig.run(200.0, 8.0)
+    energy = powercap.energy(ENTRY)
+    powercap.remove(ENTRY)  # unreadable, and missing from the re-listing at 10 s
+    for _ in range(6):
+        rig.clock.tick()
+        rig.truth += 200.0
+        energy += 200_000_000
+        rig.read()
+    assert [present for info, _, present, _, _ in meter.zone_states() if info.zone == "package-0"] == [False]
+    # listed again at 15 s: still counting, or reset (1.2 kJ since)
+    powercap.add(ENTRY, "package-0", energy_uj=energy if kept_counting else 1_200_000_000)
+    rig.run(200.0, 5.0)
+    measured = rig.read()
+    assert {kind for (_, zone, kind) in meter.anomalies if zone == "package-0"} == kinds
+    assert measured <= rig.truth + 1e-6
+    if kept_counting:
+        assert measured == pytest.approx(rig.truth, abs=1e-6)
+    else:  # the interval over the absence is unknown: exported as discarded, nothing invented
+        assert meter.discarded_seconds[("rapl_sysfs", "package-0", "reset")] == pytest.approx(7.0)  # 8 s → 15 s
+        assert measured == pytest.approx(rig.truth - 7 * 200.0, abs=1e-6)
+
+
+def test_a_power_zone_missing_from_a_relisting_longer_than_a_gap_is_a_gap(clock: FakeClock) -> None:
+    zone = FakeZone("chassis", "platform", "power", clock, 300.0)
+    bmc = FakeSource("ipmi_dcmi", [zone])
+    meter = EnergyMeter([bmc], clock=clock, rescan_seconds=5.0, max_gap_seconds=2.5)
+    meter.read()
+    for t in range(1, 21):
+        clock.tick()
+        bmc.zone_list = [] if 8 <= t < 14 else [zone]  # missing at the re-listing at 10 s, back at 15 s
+        meter.read()
+    assert meter.anomalies == {("ipmi_dcmi", "chassis", "gap"): 1}
+    assert meter.discarded_seconds[("ipmi_dcmi", "chassis", "gap")] == pytest.approx(6.0)  # 9 s → 15 s
+    assert meter.read().totals[("ipmi_dcmi", "chassis")] / 1e9 == pytest.approx(300.0 * (20 - 6))
