@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from joulesched.contracts import names as n
 from joulesched.contracts.carbon_apis import live_source
 from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, Snapshot
-from joulesched.policy.site import IntensityUnavailable, SiteCatalogue
+from joulesched.policy.site import IntensityUnavailable, NoIntensity, SiteCatalogue
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,14 @@ class _Families:
             family = self.families[metric.name] = _family(metric)
         bounds = [*(f"{b:g}" for b in READ_SECONDS_BUCKETS), "+Inf"]
         family.add_metric(list(labels), buckets=list(zip(bounds, cumulative, strict=True)), sum_value=total)  # type: ignore[attr-defined]
+
+
+def server_key(server_id: str, node: str) -> str:
+    """The physical server a node's ``server_id`` label names: its configured ``node.server_id``,
+    else its node name (the site file's ``servers`` are keyed by either). The same in
+    ``joulesched_node_info`` and the server gauges, so that the recording rules join each node to
+    its own server, and no two nodes without a server id to each other's."""
+    return server_id or node
 
 
 def families(snap: Snapshot) -> list[Metric]:
@@ -107,7 +115,7 @@ def families(snap: Snapshot) -> list[Metric]:
         f.add(n.NODE_GPU_IDLE, (node,), snap.gpus.idle_watts)
         f.add(n.NODE_GPU_MAX, (node,), snap.gpus.max_watts)
         f.add(n.NODE_GPU_UTILISATION, (node,), snap.gpus.utilisation)
-    f.add(n.NODE_INFO, (node, snap.site, snap.server_id), 1.0)
+    f.add(n.NODE_INFO, (node, snap.site, server_key(snap.server_id, node)), 1.0)
     for s in snap.sources:
         f.add(n.SOURCE_UP, (s.name,), 1.0 if s.up else 0.0)
         if s.error:
@@ -166,16 +174,18 @@ class SiteFactors:
             try:  # a series that cannot answer now leaves the gauge out: no invented intensity
                 f.add(n.SITE_CARBON, (site.name,), site.carbon.at(self.clock()))
             except IntensityUnavailable as err:
-                log.warning("site %s: carbon intensity unavailable: %s", site.name, err)
+                if not isinstance(site.carbon, NoIntensity):  # none given: said once, at start
+                    log.warning("site %s: carbon intensity unavailable: %s", site.name, err)
             live = live_source(site.carbon)
             if live is not None:  # how old the live value is: stale data must show as such
                 f.add(n.SITE_CARBON_AGE, (site.name,), live.age())
             f.add(n.SITE_WUE, (site.name,), site.wue)
             f.add(n.SITE_RENEWABLE, (site.name,), site.renewable_share)
-        server = self.catalogue.embodied(self.server_id or self.node)
+        key = server_key(self.server_id, self.node)
+        server = self.catalogue.embodied(key)
         if server is not None:
-            f.add(n.SERVER_EMBODIED, (self.server_id,), server.embodied_kg * 1000.0)
-            f.add(n.SERVER_LIFETIME, (self.server_id,), server.lifetime_seconds)
+            f.add(n.SERVER_EMBODIED, (key,), server.embodied_kg * 1000.0)
+            f.add(n.SERVER_LIFETIME, (key,), server.lifetime_seconds)
         return list(f.families.values())
 
 
@@ -199,4 +209,4 @@ def make_registry(latest: Callable[[], Snapshot | None], site: SiteFactors | Non
     return registry
 
 
-__all__ = ["SiteCollector", "SiteFactors", "SnapshotCollector", "families", "make_registry"]
+__all__ = ["SiteCollector", "SiteFactors", "SnapshotCollector", "families", "make_registry", "server_key"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from joulesched.measurement.agent import build_agent
 from joulesched.measurement.config import AgentConfig, KubernetesConfig, NodeConfig, SourcesConfig, parse_agent_config
@@ -68,10 +69,49 @@ def test_the_nodes_site_and_server_are_exported(tmp_path: Path) -> None:
 
 def test_a_server_without_its_own_entry_takes_the_default(tmp_path: Path) -> None:
     text = exposition(tmp_path, "south", "")
-    assert 'joulesched_server_embodied_emissions_grams{server_id=""} 1.3e+06' in text
+    # without node.server_id the server is the node's: labelled by the node name it was looked up by
+    assert 'joulesched_server_embodied_emissions_grams{server_id="node-a"} 1.3e+06' in text
+    assert 'joulesched_node_info{node="node-a",server_id="node-a",site="south"} 1.0' in text
+
+
+def test_each_node_without_a_server_id_joins_to_its_own_servers_figures(tmp_path: Path) -> None:
+    """``servers`` is keyed by server id or node name: a node whose name has an entry and one that
+    takes the default are told apart by the rules' join (max by (server_id) ... on (server_id)
+    joulesched_node_info)."""
+    sites = {**SITES, "servers": {**SITES["servers"], "node-big": {"embodied_kg": 9000, "lifetime_years": 4}}}  # type: ignore[dict-item]
+    samples = []
+    for node in ("node-big", "node-small"):
+        (tmp_path / node).mkdir()
+        cfg = replace(agent_config(tmp_path / node, "north", "", sites), node=NodeConfig(name=node, site="north"))
+        agent = build_agent(cfg, clock=FakeClock())
+        agent.step()
+        text = generate_latest(make_registry(agent.latest_published, agent.site)).decode()
+        samples += [s for f in text_string_to_metric_families(text) for s in f.samples]
+    server_of = {s.labels["node"]: s.labels["server_id"] for s in samples if s.name == "joulesched_node_info"}
+    embodied: dict[str, float] = {}
+    for s in samples:
+        if s.name == "joulesched_server_embodied_emissions_grams":
+            embodied[s.labels["server_id"]] = max(embodied.get(s.labels["server_id"], 0.0), s.value)
+    assert server_of == {"node-big": "node-big", "node-small": "node-small"}
+    assert {node: embodied[server] for node, server in server_of.items()} == {"node-big": 9.0e6, "node-small": 1.3e6}
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian: apt install prometheus)")
+def test_a_site_without_carbon_data_exports_no_intensity_and_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not 0 g/kWh, which the extender would score as the cleanest site: no gauge, as for a
+    # source that cannot answer; the other factors as given.
+    sites = {"sites": {"lab": {"pue": 1.3}}}
+    agent = build_agent(agent_config(tmp_path, "lab", "", sites), clock=FakeClock())
+    agent.step()
+    with caplog.at_level("INFO"):
+        texts = [generate_latest(make_registry(agent.latest_published, agent.site)).decode() for _ in range(3)]
+    assert 'joulesched_site_pue_ratio{site="lab"} 1.3' in texts[0]
+    assert all("joulesched_site_grid_carbon_intensity_grams_per_kwh{" not in t for t in texts)
+    assert "carbon intensity unavailable" not in caplog.text  # not a warning at every scrape
+
+
 def test_promtool_accepts_the_site_gauges(tmp_path: Path) -> None:
     result = subprocess.run(
         ["promtool", "check", "metrics"], input=exposition(tmp_path, "north", "srv-7").encode(), capture_output=True
