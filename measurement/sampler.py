@@ -43,11 +43,20 @@ from joulesched.measurement.sources.base import (
     Source,
 )
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
-from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory
+from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory, PodMeta
 from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
 from joulesched.measurement.windowstore import WindowStore, parse_record, shift_restarted, window_record
 from joulesched.policy.attribution import PodUsage, attribute
-from joulesched.policy.energy import NANO, NODE_DOMAINS, ZoneInfo, ZoneKey, counter_delta, split_node, to_nanojoules
+from joulesched.policy.energy import (
+    NANO,
+    NODE_DOMAINS,
+    Layout,
+    ZoneInfo,
+    ZoneKey,
+    counter_delta,
+    split_node,
+    to_nanojoules,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +67,7 @@ CPU_HISTORY = 7200  # samples of cumulative busy CPU time kept for estimating ga
 
 
 class _Pod:
-    __slots__ = ("cgroup", "cpu_last", "cpu_total", "energy", "last_seen", "present")
+    __slots__ = ("cgroup", "cpu_last", "cpu_total", "energy", "last_seen", "meta", "present")
 
     def __init__(self, cgroup: PodCgroup, cpu: float, now: float) -> None:
         self.cgroup = cgroup
@@ -67,6 +76,7 @@ class _Pod:
         self.energy = dict.fromkeys(NODE_DOMAINS, 0.0)
         self.last_seen = now
         self.present = True
+        self.meta: PodMeta | None = None  # its names as the pod directory last listed them
 
 
 @dataclass(frozen=True)
@@ -136,8 +146,12 @@ class Sampler:
         self._last_full_scan = float("-inf")
         self._pid_pods: dict[int, str | None] = {}
         self._busy_total = 0.0
+        self._busy_ahead = 0.0  # busy seconds counted from the pods' CPU time while /proc/stat failed
         self._node_total: dict[str, float] = {}
         self._domain_total = dict.fromkeys(NODE_DOMAINS, 0.0)
+        # parts' energy (RAPL, GPUs) the server reading has not covered yet: split_node's owed
+        self._owed: dict[ZoneKey, float] = {}
+        self._owed_basis = ""
         self._buckets_total = {b: dict.fromkeys(NODE_DOMAINS, 0.0) for b in ("idle", "system")}
         m = config.model
         self.cpu_model = RollingFit(m.window_samples, m.min_samples, m.min_spread_cores)
@@ -402,12 +416,23 @@ class Sampler:
                     del pods[uid]
 
         busy = 0.0
-        if times is not None:
-            if self._prev_busy is not None:
-                busy = max(times.busy_seconds - self._prev_busy, 0.0)
-            self._prev_busy = times.busy_seconds
-        elif prev is not None:
+        # this interval's busy time is one plain /proc/stat difference (or, with no /proc/stat
+        # configured, the pods' CPU time by design)
+        busy_measured = self.procstat is None
+        if times is not None and self._prev_busy is not None:
+            busy = max(times.busy_seconds - self._prev_busy, 0.0)
+            if self._busy_ahead:  # the fallback already counted for failed reads is inside it: not twice
+                caught = min(busy, self._busy_ahead)
+                busy -= caught
+                self._busy_ahead -= caught
+            else:
+                busy_measured = True
+        elif prev is not None:  # no /proc/stat difference for this interval: the pods' CPU time, the least it was
             busy = sum(pod_cpu.values())
+            if times is None and self._prev_busy is not None:
+                self._busy_ahead += busy  # the next good read's difference covers this interval again
+        if times is not None:
+            self._prev_busy = times.busy_seconds
         if prev is not None:
             self._busy_total += busy
         with self._cpu_lock:
@@ -420,10 +445,13 @@ class Sampler:
                 for k, v in read.estimated.items()
                 if v != prev.estimated.get(k, 0)
             }
-            learn = learn and not estimated  # an estimate must not teach the models it came from
+            # an estimate must not teach the models it came from, nor busy time that is not this interval's
+            learn = learn and not estimated and busy_measured
             if learn:
                 self._learn_zones(deltas, busy / dt, dt, prev.time, now)
-            split = split_node(layout, deltas)
+            owed = self._owed if self._owed_basis == layout.basis else None
+            split = split_node(layout, deltas, owed)
+            self._owed, self._owed_basis = self._carry(layout, split.unfitted, deltas, dt, now), layout.basis
             pods_now = self._pods
             usages = {
                 uid: PodUsage(cpu, pods_now[uid].cgroup.requests_millicores or 0.0, gpu_per_pod[uid])
@@ -431,6 +459,10 @@ class Sampler:
                 else PodUsage(cpu, pods_now[uid].cgroup.requests_millicores or 0.0)
                 for uid, cpu in pod_cpu.items()
             }
+            for uid, use in gpu_per_pod.items():
+                if uid not in pod_cpu:  # a pod not attributed this interval (its first): its use is system's
+                    for gpu, fraction in use.items():
+                        gpu_other[gpu] = gpu_other.get(gpu, 0.0) + fraction
             gpu_idle = {g: self._gpu_model(g).idle_estimate() for g in split.gpu_zones}
             result = attribute(
                 split,
@@ -483,6 +515,23 @@ class Sampler:
         snapshot = self._build(read, interval, dt)
         self.latest = snapshot
         return snapshot
+
+    def _carry(
+        self, layout: Layout, unfitted: Mapping[ZoneKey, float], deltas: Mapping[ZoneKey, float], dt: float, now: float
+    ) -> dict[ZoneKey, float]:
+        """What of the parts' energy that did not fit inside the server reading is carried to the
+        next interval: as much as each part drew while the server reading lags (since its last
+        reading, at this interval's power), which its catch-up covers. Beyond that the server
+        reading is believed, and the rest stays scaled away."""
+        platform = layout.platform
+        if not unfitted or not platform:
+            return {}
+        covered = self.meter.covered_until(platform)
+        lag = now - covered if covered is not None else 0.0
+        if lag <= 0:
+            return {}
+        carried = {key: min(j, max(deltas.get(key, 0.0), 0.0) / dt * lag) for key, j in unfitted.items()}
+        return {key: j for key, j in carried.items() if j > 0}
 
     def _learn_zones(self, deltas: Mapping[ZoneKey, float], cores: float, dt: float, start: float, end: float) -> None:
         """Teach each zone's model this interval's power against its busy cores. A power zone's
@@ -650,9 +699,14 @@ class Sampler:
             )
         pods = []
         lookup = None if isinstance(self.directory, NoDirectory) else self.directory.lookup
+        kept_names = False
         for uid, pod in sorted(self._pods.items()):
             cg = pod.cgroup
             meta = lookup(uid) if lookup is not None else None
+            if meta is not None:
+                pod.meta = meta
+            elif pod.meta is not None:  # deleted from the API (retained), or the API not answering: its last names
+                meta, kept_names = pod.meta, True
             if meta is None:  # positional: hundreds of these per interval
                 pods.append(
                     PodSnapshot(
@@ -671,6 +725,8 @@ class Sampler:
             else:
                 ident = (uid, meta.namespace, meta.name, cg.qos, meta.owner_kind, meta.owner)
                 pods.append(PodSnapshot(*ident, cg.requests_millicores, pod.cpu_total, pod.energy.copy(), pod.present))
+        if kept_names:
+            pods = self._one_per_name(pods, lookup)
         models = []
         fit = self.cpu_model.fit()
         if fit is not None:
@@ -720,6 +776,37 @@ class Sampler:
             estimated=tuple((s, z, k, sec) for (s, z, k), sec in sorted(self.meter.estimated_seconds.items())),
             clock_step=self.step(),
         )
+
+    def _one_per_name(
+        self, pods: list[PodSnapshot], lookup: Callable[[str], PodMeta | None] | None
+    ) -> list[PodSnapshot]:
+        """One pod per namespace and name (the pod series have no uid label): where a pod kept the
+        name it had before the API dropped it and another pod of this node carries that name now
+        (a StatefulSet's successor), the pod the API lists wins, then the one whose cgroup is
+        present, then the one seen last. A loser whose cgroup is gone ends its retention now (its
+        series goes on as the successor's, a counter reset); one still present is named by its
+        UID from now on, as a pod the API does not list."""
+        names = [(p.namespace, p.name) for p in pods]
+        if len(set(names)) == len(names):  # no two alike: the usual case, checked every sample while one is kept
+            return pods
+        best: dict[tuple[str, str], tuple[tuple[bool, bool, float], str]] = {}
+        for p, key in zip(pods, names, strict=True):
+            rank = (lookup is not None and lookup(p.uid) is not None, p.present, self._pods[p.uid].last_seen)
+            if key not in best or rank > best[key][0]:
+                best[key] = (rank, p.uid)
+        out = []
+        for p, key in zip(pods, names, strict=True):
+            if best[key][1] == p.uid:
+                out.append(p)
+                continue
+            pod = self._pods[p.uid]
+            log.debug("pod %s: its name %s/%s is another pod's now", p.uid, p.namespace, p.name)
+            if not p.present:
+                del self._pods[p.uid]
+                continue
+            pod.meta = None
+            out.append(p._replace(namespace="", name=p.uid, owner_kind="", owner=""))
+        return out
 
     def _node_power(self, read: MeterRead, interval: Interval | None) -> float | None:
         """The node's power over the last ``power_window_seconds`` of samples; None (absent, not

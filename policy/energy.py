@@ -210,6 +210,8 @@ class NodeSplit:
     gpu_zones: Mapping[str, float]  # gpu zone -> joules, scaled like domains["gpu"]
     rapl_joules: float | None  # package + dram from RAPL (cross-check)
     platform_joules: Mapping[str, float]  # per whole-server source (cross-check)
+    # per part zone, what was scaled away to fit inside the server or psys reading (see split_node)
+    unfitted: Mapping[ZoneKey, float] = field(default_factory=dict)
 
 
 def _sum(layout: Layout, deltas: Mapping[ZoneKey, float], source: str | None, domain: str) -> float:
@@ -222,46 +224,80 @@ def _sum(layout: Layout, deltas: Mapping[ZoneKey, float], source: str | None, do
     )
 
 
-def split_node(layout: Layout, deltas: Mapping[ZoneKey, float]) -> NodeSplit:
-    """The node's energy and its domains from per-zone energies over one interval or window."""
-    cpu = _sum(layout, deltas, layout.rapl, "package")
-    dram = _sum(layout, deltas, layout.rapl, "dram")
+def _fit(base: float, parts: float) -> float:
+    """The factor that scales ``parts`` to fit inside ``base`` (1 when they fit)."""
+    return base / parts if parts > base and parts > 0 else 1.0
+
+
+def split_node(
+    layout: Layout, deltas: Mapping[ZoneKey, float], owed: Mapping[ZoneKey, float] | None = None
+) -> NodeSplit:
+    """The node's energy and its domains from per-zone energies over one interval or window.
+
+    The parts (RAPL packages and DRAM, and the GPUs when the server reading includes them) are
+    scaled to fit inside a server or psys reading they exceed; what that scales away is
+    ``unfitted``, per zone. ``owed``: parts' energy of earlier intervals that did not fit (a
+    server reading that lags: a BMC refreshing slower than the interval, a failed read caught up
+    later), added to this interval's parts; the cross-check (``rapl_joules``) stays this
+    interval's reading.
+    """
+    joules = deltas
+    if owed and (layout.platform or layout.psys):
+        joules = dict(deltas)
+        for key, j in owed.items():
+            joules[key] = joules.get(key, 0.0) + j
+    cpu = _sum(layout, joules, layout.rapl, "package")
+    dram = _sum(layout, joules, layout.rapl, "dram")
     gpu_zones = {
         key[1]: j
-        for key, j in deltas.items()
+        for key, j in joules.items()
         if key[0] == layout.gpu and (z := layout.zones.get(key)) and z.domain == "gpu" and z.parent is None
     }
     gpu = sum(gpu_zones.values())
     platform = {s: _sum(layout, deltas, s, "platform") for s in (layout.platform, *layout.platform_others) if s}
-    rapl = cpu + dram if layout.rapl else None
-    gpu_scale = 1.0
+    if not layout.rapl:
+        rapl = None
+    elif joules is deltas:
+        rapl = cpu + dram
+    else:
+        rapl = _sum(layout, deltas, layout.rapl, "package") + _sum(layout, deltas, layout.rapl, "dram")
+    scale = 1.0
+    gpu_in_fit = False
     if layout.platform:
         base = platform[layout.platform]
-        if layout.server_includes_gpus:
-            parts = cpu + dram + gpu
-            scale = base / parts if parts > base and parts > 0 else 1.0
-            cpu, dram, gpu_scale = cpu * scale, dram * scale, scale
+        gpu_in_fit = layout.server_includes_gpus
+        scale = _fit(base, cpu + dram + (gpu if gpu_in_fit else 0.0))
+        cpu, dram = cpu * scale, dram * scale
+        if gpu_in_fit:
+            gpu *= scale
             node = base
-            other = base - cpu - dram - gpu * scale
+            other = base - cpu - dram - gpu
         else:
-            parts = cpu + dram
-            scale = base / parts if parts > base and parts > 0 else 1.0
-            cpu, dram = cpu * scale, dram * scale
             node = base + gpu
             other = base - cpu - dram
     elif layout.psys:
         base = _sum(layout, deltas, layout.psys, "psys")
-        parts = cpu + dram
-        scale = base / parts if parts > base and parts > 0 else 1.0
+        scale = _fit(base, cpu + dram)
         cpu, dram = cpu * scale, dram * scale
         node = base + gpu
         other = base - cpu - dram
     else:
         node = cpu + dram + gpu
         other = 0.0
+    gpu_scale = scale if gpu_in_fit else 1.0
     gpu_scaled = {name: j * gpu_scale for name, j in gpu_zones.items()}
-    domains = {"cpu": cpu, "dram": dram, "gpu": gpu * gpu_scale, "other": max(other, 0.0)}
-    return NodeSplit(layout.basis, node, domains, gpu_scaled, rapl, platform)
+    domains = {"cpu": cpu, "dram": dram, "gpu": gpu, "other": max(other, 0.0)}
+    unfitted: dict[ZoneKey, float] = {}
+    if scale < 1.0:
+        for key, j in joules.items():
+            z = layout.zones.get(key)
+            if z is None or z.parent is not None or j <= 0:
+                continue
+            if (key[0] == layout.rapl and z.domain in ("package", "dram")) or (
+                gpu_in_fit and key[0] == layout.gpu and z.domain == "gpu"
+            ):
+                unfitted[key] = j * (1.0 - scale)
+    return NodeSplit(layout.basis, node, domains, gpu_scaled, rapl, platform, unfitted)
 
 
 __all__ = [

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
+from joulesched.contracts import names as n
 from joulesched.measurement.config import AgentConfig, AttributionConfig, CrossCheckConfig, ModelConfig, SourcesConfig
 from joulesched.measurement.exporters.profile import profile_document
+from joulesched.measurement.exporters.prometheus import families
+from joulesched.measurement.exporters.record import RecordingWriter, load_recording
 from joulesched.measurement.sampler import Sampler, UnknownWindow
 from joulesched.measurement.snapshot import Snapshot
-from joulesched.measurement.sources.base import Roots, Source
+from joulesched.measurement.sources.base import Reading, Roots, Source
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu
+from joulesched.measurement.sources.kube_pods import PodMeta
 from joulesched.measurement.sources.procfs_stat import ProcStat
 from joulesched.measurement.sources.registry import open_sources
 from joulesched.policy.profile import parse_profiles
-from tests.measurement.fakes import FakeClock, FakeSource, gpus, ipmi
+from tests.measurement.fakes import FakeClock, FakeSource, FakeZone, gpus, ipmi
 from tests.measurement.replica import CgroupTree, PowercapTree, ProcTree
 
 POD_A = "aaaaaaaa-0000-4000-8000-000000000001"
@@ -450,3 +457,215 @@ def test_a_window_over_a_source_that_opened_within_it_counts_the_sources_read_at
     assert s.meter.layout.platform == "ipmi_dcmi"
     result = s.close_window(window.id)
     assert result["basis"] == "rapl_sysfs" and result["joules"]["node"] == pytest.approx(1000.0)
+
+
+def test_a_failed_proc_stat_read_counts_no_busy_time_twice(
+    node: Node, roots: Roots, clock: FakeClock, proc: ProcTree
+) -> None:
+    """The failed read's interval takes the pods' CPU time (the least the node was busy); the
+    next good read's difference covers both intervals, so it counts only what that left out."""
+    node.add_pod(POD_A)
+    s = sampler(roots, clock)
+    s.sample()
+    busy = []
+    for step in range(4):
+        node.step(pods={POD_A: 2.0}, system=1.0)  # 3 of 8 cores busy: the pod's 2 and 1 of the system
+        if step == 1:
+            (proc.root / "stat").write_text("garbled\n")
+        snap = s.sample()
+        assert snap.interval is not None
+        busy.append(snap.interval.busy_cpu_seconds)
+    assert busy == pytest.approx([3.0, 2.0, 4.0, 3.0])
+    assert snap.busy_cpu_seconds_total == pytest.approx(12.0)  # 4 s × 3 busy cores
+    assert s.cpu_model.samples == 2  # neither the fallback nor its catch-up taught the power model
+
+
+class Listing:
+    """A pod directory: the API's list of this node's pods, as the test sets it."""
+
+    def __init__(self, pods: dict[str, PodMeta]) -> None:
+        self.pods = pods
+
+    def lookup(self, uid: str) -> PodMeta | None:
+        return self.pods.get(uid)
+
+    def refresh(self) -> None:
+        return None
+
+
+def named_sampler(roots: Roots, clock: FakeClock, directory: Listing) -> Sampler:
+    cfg = config(attribution=AttributionConfig(pod_retention_seconds=3600, cgroup_rescan_seconds=1.0))
+    return Sampler(
+        replace(cfg, roots=roots),
+        open_sources(("rapl_sysfs",), {}, roots, clock).sources,
+        node="n1",
+        clock=clock,
+        cgroups=CgroupCpu(roots.cgroup),
+        procstat=ProcStat(roots.procfs),
+        pods=directory,
+    )
+
+
+def pod_series(snap: Snapshot) -> list[tuple[str, str]]:
+    """(namespace, pod) of every cpu-domain pod energy series in the exposition."""
+    fam = next(f for f in families(snap) if f.name == n.POD_ENERGY.name.removesuffix("_total"))
+    return sorted((s.labels["namespace"], s.labels["pod"]) for s in fam.samples if s.labels["domain"] == "cpu")
+
+
+def test_a_deleted_pod_keeps_its_name_while_it_is_retained(
+    node: Node, roots: Roots, clock: FakeClock, tmp_path: Path
+) -> None:
+    directory = Listing({POD_A: PodMeta(POD_A, "shop", "web-0", "StatefulSet", "web")})
+    s = named_sampler(roots, clock, directory)
+    node.add_pod(POD_A)
+    recording = RecordingWriter(str(tmp_path / "rec.jsonl"))
+    recording.write(s.sample())
+    for step in range(4):
+        if step == 2:
+            node.remove_pod(POD_A)  # deleted: its cgroup goes ...
+        if step == 3:
+            del directory.pods[POD_A]  # ... and the next list of the API has it no more
+        node.step(pods={POD_A: 1.5} if POD_A in node.cpu else {})
+        snap = s.sample()
+        recording.write(snap)
+    recording.close()
+    (pod,) = snap.pods
+    assert (pod.namespace, pod.name, pod.owner, pod.present) == ("shop", "web-0", "web", False)
+    assert pod_series(snap) == [("shop", "web-0")]
+    assert load_recording(str(tmp_path / "rec.jsonl")).pods[POD_A]["name"] == "web-0"
+
+
+def test_a_successor_that_takes_a_retained_pods_name_ends_its_retention(
+    node: Node, roots: Roots, clock: FakeClock
+) -> None:
+    """The pod series have no uid label: one series per namespace and name, the successor's (a
+    counter reset to its energy), never two with the same labels in one exposition."""
+    directory = Listing({POD_A: PodMeta(POD_A, "shop", "web-0", "StatefulSet", "web")})
+    s = named_sampler(roots, clock, directory)
+    node.add_pod(POD_A)
+    s.sample()
+    node.step(pods={POD_A: 1.5})
+    s.sample()
+    node.remove_pod(POD_A)
+    del directory.pods[POD_A]
+    node.step()
+    assert [(p.uid, p.name, p.present) for p in s.sample().pods] == [(POD_A, "web-0", False)]
+    node.add_pod(POD_B)  # the StatefulSet's successor, on this node
+    directory.pods[POD_B] = PodMeta(POD_B, "shop", "web-0", "StatefulSet", "web")
+    for _ in range(2):
+        node.step(pods={POD_B: 1.0})
+        snap = s.sample()
+        assert pod_series(snap) == [("shop", "web-0")]
+    assert [(p.uid, p.name, p.present) for p in snap.pods] == [(POD_B, "web-0", True)]
+
+
+def test_a_new_pods_gpu_use_in_its_first_interval_goes_to_system(
+    node: Node, roots: Roots, clock: FakeClock, cgroup: CgroupTree, proc: ProcTree
+) -> None:
+    """A pod is not attributed in the interval it is first seen in (its CPU time baselines); its
+    processes' use of a GPU is then system's, not given to the other pods on that GPU."""
+    node.add_pod(POD_A)
+    cards = gpus(clock, count=1)
+    proc.add_process(100, f"0::{cgroup.cgroup_path(POD_A, '0' * 64)}\n")
+    cards.processes = {100: {"gpu-0": 0.1}}
+    cfg = config(attribution=AttributionConfig(idle_policy="bucket", cgroup_rescan_seconds=1.0))
+    s = sampler(roots, clock, cards, cfg=cfg)
+    s.sample()
+    for _ in range(3):  # no GPU model yet: idle is the lowest power seen, 100 W
+        cards.zone("gpu-0").value += 100.0
+        node.step(pods={POD_A: 0.5})
+        s.sample()
+    node.add_pod(POD_B)
+    proc.add_process(200, f"0::{cgroup.cgroup_path(POD_B, '0' * 64)}\n")
+    cards.processes = {100: {"gpu-0": 0.1}, 200: {"gpu-0": 0.9}}
+    for pod_b in (0.0, 40.0 * 9):  # B's first interval, then its second
+        cards.zone("gpu-0").value += 500.0  # 400 J dynamic: A's processes used 0.1 of the 1.0 in use
+        node.step(pods={POD_A: 0.5, POD_B: 0.5})
+        snap = s.sample()
+        assert_interval_conserved(snap)
+        iv = snap.interval
+        assert iv is not None
+        assert iv.pods[POD_A]["gpu"] == pytest.approx(40.0)
+        assert iv.pods.get(POD_B, {}).get("gpu", 0.0) == pytest.approx(pod_b)
+        assert iv.buckets["system"]["gpu"] == pytest.approx(360.0 - pod_b)
+
+
+@dataclass
+class LaggingBmc:
+    """A whole-server power zone whose BMC refreshes its reading every ``refresh`` seconds,
+    stamped with when it took it."""
+
+    clock: FakeClock
+    watts: float
+    refresh: float = 2.0
+    name: str = "chassis"
+    domain: str = "platform"
+    kind: str = "power"
+    max_joules: float | None = None
+    parent: str | None = None
+
+    def read(self) -> Reading:
+        return Reading(self.watts, math.floor(self.clock() / self.refresh) * self.refresh)
+
+
+def rapl_measured(snap: Snapshot) -> dict[str, float]:
+    """cpu and dram as RAPL measured them: every package and DRAM zone's total."""
+    totals = {"cpu": 0.0, "dram": 0.0}
+    for z in snap.zones:
+        if z.parent is None and z.domain in ("package", "dram"):
+            totals["cpu" if z.domain == "package" else "dram"] += z.joules_total
+    return totals
+
+
+@pytest.mark.parametrize(
+    "bmc",
+    [
+        lambda clock: FakeSource("ipmi_dcmi", [LaggingBmc(clock, 400.0)]),  # type: ignore[list-item]
+        lambda clock: ipmi(clock, 400.0),  # read every interval, but one read fails (below)
+    ],
+    ids=["a BMC refreshing every 2 s, sampled every second", "one failed BMC read caught up by the next"],
+)
+def test_rapl_keeps_its_cpu_and_dram_under_a_server_reading_that_lags(
+    node: Node, roots: Roots, clock: FakeClock, bmc: Callable[[FakeClock], FakeSource]
+) -> None:
+    """An interval without a new server reading has no server energy: RAPL's parts are carried
+    to the next, whose reading covers both, rather than scaled to nothing and moved to other."""
+    server = bmc(clock)
+    s = sampler(roots, clock, server)
+    s.sample()
+    node_total = 0.0
+    for step in range(10):
+        if isinstance(server.zone_list[0], FakeZone):
+            server.zone("chassis").fail = "ipmi_dcmi: timeout" if step == 4 else ""
+        node.step()  # 2 × (100 W package + 10 W DRAM) under a 400 W server
+        snap = s.sample()
+        assert_interval_conserved(snap)
+        node_total += snap.interval.node_joules  # type: ignore[union-attr]
+    assert snap.basis == "ipmi_dcmi"
+    rapl = rapl_measured(snap)
+    assert rapl == pytest.approx({"cpu": 2000.0, "dram": 200.0})
+    assert snap.domain_energy_total["cpu"] == pytest.approx(rapl["cpu"])
+    assert snap.domain_energy_total["dram"] == pytest.approx(rapl["dram"])
+    assert sum(snap.domain_energy_total.values()) == pytest.approx(node_total)
+    assert snap.domain_energy_total["other"] == pytest.approx(4000.0 - 2200.0)
+
+
+def test_a_server_reading_below_rapls_is_believed_and_owes_nothing_later(
+    node: Node, roots: Roots, clock: FakeClock
+) -> None:
+    """A server reading that is up to date is not lagging: parts above it are scaled to fit,
+    and nothing of them is carried to the intervals after it reads sensibly again."""
+    server = ipmi(clock, 150.0)  # below RAPL's 220 W: a BMC reading one of two supplies
+    s = sampler(roots, clock, server)
+    s.sample()
+    for _ in range(5):
+        node.step()
+        snap = s.sample()
+        assert snap.interval is not None
+        assert snap.interval.domains["other"] == pytest.approx(0.0, abs=1e-9)
+    server.zone("chassis").value = 400.0
+    for other in (275.0 - 220.0, 400.0 - 220.0):  # the trapezoid from 150 to 400 W, then 400 W
+        node.step()
+        snap = s.sample()
+        assert snap.interval is not None
+        assert snap.interval.domains == pytest.approx({"cpu": 200.0, "dram": 20.0, "gpu": 0.0, "other": other})
