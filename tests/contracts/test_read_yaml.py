@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from joulesched.cli import main as joulesched
 from joulesched.contracts.documents import read_yaml
 from joulesched.policy.errors import ConfigError
 
@@ -32,17 +33,12 @@ def test_a_file_that_is_not_utf8_text_is_a_problem_naming_the_file_and_the_byte(
     ],
     ids=["extender config", "agent config", "deferrer site file", "sim cluster"],
 )
-def test_each_command_refuses_a_file_that_is_not_utf8_with_a_message(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
-) -> None:
+def test_each_command_refuses_a_file_that_is_not_utf8_with_a_message(tmp_path: Path, argv: list[str]) -> None:
+    # each command in a process of its own, as a user runs it (a command's start sets process-wide state)
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"\xff\xfe\x00bad")
     args = [a.format(bad=bad, out=tmp_path / "out") for a in argv]
-    try:
-        code = joulesched(args)
-    except SystemExit as exit_:
-        code = exit_.code
-    assert code == 2
-    err = capsys.readouterr().err
-    assert f"{bad}: 1 problem" in err and "not UTF-8 text: byte 0xff at offset 0" in err
-    assert "Traceback" not in err
+    done = subprocess.run([sys.executable, "-m", "joulesched", *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert f"{bad}: 1 problem" in done.stderr and "not UTF-8 text: byte 0xff at offset 0" in done.stderr
+    assert "Traceback" not in done.stderr
