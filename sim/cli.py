@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -46,6 +47,10 @@ from joulesched.sim.runner import (
 DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*$")
 MAX_DEADLINE_SECONDS = 31 * 86400.0  # policy.deferral.MAX_DELAY_SECONDS: a month
+DEFAULT_LAYERS = 5  # generate workflow --layers
+DEFAULT_CORES = "1,4"  # generate workflow --cores
+DEFAULT_BIND_TIMEOUT = 30.0  # run --scheduler kube --bind-timeout
+SHAPE_SETS = ("tasks", "makespan", "layers", "cores")  # what generate workflow --shape sets
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -84,6 +89,71 @@ def deferral_policies(policies: str | None, deadline: str | None, forecast: str 
     if deadline is not None and not defers:
         raise SimError(f"--deadline: no policy in --policies defers; add NAME{DEFER} (e.g. carbon{DEFER})")
     return check_policies(out)
+
+
+def check_number(
+    value: float,
+    flag: str,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+) -> float:
+    """A finite number within the bounds given, or a ``SimError`` naming the flag (NaN and inf are refused)."""
+    ok = (
+        math.isfinite(value)
+        and (above is None or value > above)
+        and (at_least is None or value >= at_least)
+        and (at_most is None or value <= at_most)
+    )
+    if not ok:
+        wants = [f"> {above:g}" if above is not None else "", f">= {at_least:g}" if at_least is not None else ""]
+        wants.append(f"<= {at_most:g}" if at_most is not None else "")
+        raise SimError(f"{flag}: must be a finite number {' and '.join(w for w in wants if w)}, got {value:g}")
+    return value
+
+
+def check_seed(seed: int) -> int:
+    """numpy's generators take seeds of 0 or more."""
+    if seed < 0:
+        raise SimError(f"--seed: must be 0 or more, got {seed}")
+    return seed
+
+
+def check_output_folder(path: str, flag: str = "--out") -> Path:
+    """Refuse, before any work and without creating anything, a folder that cannot be made or written in."""
+    out = Path(path)
+    if out.exists():
+        if not out.is_dir():
+            raise SimError(f"{flag} {path}: is a file, not a folder")
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise SimError(f"{flag} {path}: cannot write in this folder (permission denied)")
+        return out
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise SimError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SimError(f"{flag} {path}: cannot create it in {parent} (permission denied)")
+    return out
+
+
+def make_output_folder(path: str, flag: str = "--out") -> Path:
+    out = check_output_folder(path, flag)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SimError(f"{flag} {path}: cannot create the folder: {err.strerror or err}") from err
+    return out
+
+
+def write_output(path: str, write: Callable[[str], None], flag: str = "--out") -> None:
+    """``write(path)``, an ``OSError`` of which is a ``SimError`` naming the flag and the file."""
+    try:
+        write(path)
+    except OSError as err:
+        raise SimError(f"{flag} {path}: cannot write: {err.strerror or err}") from err
 
 
 def _split_map(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -125,19 +195,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help=f"comma-separated, from {', '.join(POLICIES + VARIANTS)} (default: the first four); "
         "with --scheduler kube: the profile",
     )
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
     run.add_argument(
         "--percentage-of-nodes-to-score",
         type=int,
-        default=0,
+        default=None,
         metavar="P",
         help="0 (default): kube-scheduler's adaptive value; 1..100",
     )
     run.add_argument(
         "--extender-weight",
         type=int,
-        default=DEFAULT_EXTENDER_WEIGHT,
-        help="kube-scheduler extender weight (deploy/ uses 5)",
+        default=None,
+        help=f"kube-scheduler extender weight, 1 or more (default {DEFAULT_EXTENDER_WEIGHT}; deploy/ uses 5)",
     )
     run.add_argument(
         "--policy-config",
@@ -157,7 +227,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="the profile file that extender's file source reads (FILE or energy=FILE)",
     )
     run.add_argument("--repeat", type=int, default=1, metavar="N", help="submit each trace N times")
-    run.add_argument("--every", type=float, default=600.0, metavar="S", help="seconds between repeats (default 600)")
+    run.add_argument(
+        "--every", type=float, default=600.0, metavar="S", help="seconds between repeats, 0 or more (default 600)"
+    )
     run.add_argument(
         "--recording",
         action="extend",
@@ -191,7 +263,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     kube = run.add_argument_group("--scheduler kube")
     kube.add_argument("--kubeconfig", metavar="FILE", help="the cluster to replay on (default: $KUBECONFIG)")
-    kube.add_argument("--scheduler-name", default="default-scheduler", metavar="NAME", help="schedulerName of the pods")
+    kube.add_argument(
+        "--scheduler-name", default=None, metavar="NAME", help="schedulerName of the pods (default default-scheduler)"
+    )
     kube.add_argument(
         "--scheduler-profile",
         choices=("default", "most-allocated"),
@@ -202,17 +276,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     kube.add_argument(
         "--time-scale",
         type=float,
-        default=0.0,
+        default=None,
         metavar="S",
         help="simulated seconds per wall second (default 0: as fast as the scheduler binds)",
     )
     kube.add_argument(
-        "--bind-timeout", type=float, default=30.0, metavar="S", help="seconds to wait for one pod to be bound"
+        "--bind-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds to wait for one pod to be bound (default 30)",
     )
 
     demo = sub.add_parser("demo", help="the shipped example end to end (under a minute)")
     demo.add_argument("--out", default="sim-demo", metavar="DIR")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
     demo.add_argument("--extender-url", action="append", metavar="URL", help="as for run (auto: start extenders)")
     demo.add_argument(
         "--extender-profiles", action="append", metavar="FILE", help="as for run: needed with a URL other than auto"
@@ -221,20 +299,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     gen = sub.add_parser("generate", help="write a synthetic trace of a given shape")
     gsub = gen.add_subparsers(dest="kind", required=True)
     wf = gsub.add_parser("workflow", help="a layered workflow DAG (WfFormat JSON)")
-    wf.add_argument("--shape", help="rnaseq-shape, quantms-shape or rangeland-shape")
-    wf.add_argument("--tasks", type=int)
-    wf.add_argument("--makespan", type=float, help="seconds (about the critical path)")
-    wf.add_argument("--layers", type=int, default=5)
-    wf.add_argument("--cores", default="1,4", help="request range MIN,MAX (whole cores)")
-    wf.add_argument("--seed", type=int, default=0)
+    wf.add_argument(
+        "--shape",
+        help="rnaseq-shape, quantms-shape or rangeland-shape (sets the tasks, makespan, layers and cores)",
+    )
+    wf.add_argument("--tasks", type=int, help="1 or more (without --shape)")
+    wf.add_argument("--makespan", type=float, help="seconds, > 0 (about the critical path; without --shape)")
+    wf.add_argument("--layers", type=int, default=None, help=f"1 or more (default {DEFAULT_LAYERS}; without --shape)")
+    wf.add_argument(
+        "--cores", default=None, help=f"request range MIN,MAX (whole cores; default {DEFAULT_CORES}; without --shape)"
+    )
+    wf.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
     wf.add_argument("--name")
     wf.add_argument("--out", required=True)
     pods = gsub.add_parser("pods", help="independent pods with Poisson arrivals (pod CSV)")
-    pods.add_argument("--count", type=int, required=True)
-    pods.add_argument("--cluster-cores", type=float, required=True)
-    pods.add_argument("--utilisation", type=float, default=0.6)
-    pods.add_argument("--mean-duration", type=float, default=300.0)
-    pods.add_argument("--seed", type=int, default=0)
+    pods.add_argument("--count", type=int, required=True, help="1 or more")
+    pods.add_argument("--cluster-cores", type=float, required=True, help="> 0")
+    pods.add_argument("--utilisation", type=float, default=0.6, help="> 0 and <= 1 (default 0.6)")
+    pods.add_argument("--mean-duration", type=float, default=300.0, help="seconds, > 0 (default 300)")
+    pods.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
     pods.add_argument("--out", required=True)
 
     prof = sub.add_parser("profiles", help="write a cluster as the profile document an extender reads")
@@ -274,6 +357,8 @@ def main(argv: Sequence[str]) -> int:
         if args.command == "demo":
             from joulesched.sim.demo import run_demo
 
+            check_seed(args.seed)
+            check_output_folder(args.out)
             return run_demo(
                 Path(args.out),
                 seed=args.seed,
@@ -283,7 +368,8 @@ def main(argv: Sequence[str]) -> int:
         if args.command == "generate":
             return cmd_generate(args)
         if args.command == "profiles":
-            write_profiles(args.out, load_cluster(args.cluster))
+            cluster = load_cluster(args.cluster)
+            write_output(args.out, lambda path: write_profiles(path, cluster))
             print(f"wrote {args.out}")
             return 0
     except (SimError, PolicyError) as err:
@@ -297,14 +383,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_run_kube(args)
     from joulesched.sim.execute import execute
 
+    for attr, flag in KUBE_ONLY:
+        if getattr(args, attr) is not None:
+            raise SimError(f"{flag}: only with --scheduler kube")
     policies = deferral_policies(args.policies, args.deadline, args.forecast)
     deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else None
-    if not 0 <= args.percentage_of_nodes_to_score <= 100:
-        raise SimError(f"--percentage-of-nodes-to-score: must be 0..100, got {args.percentage_of_nodes_to_score}")
-    if args.extender_weight < 1:
-        raise SimError(f"--extender-weight: must be >= 1, got {args.extender_weight}")
-    if args.repeat < 1:
-        raise SimError(f"--repeat: must be >= 1, got {args.repeat}")
+    percentage = 0 if args.percentage_of_nodes_to_score is None else args.percentage_of_nodes_to_score
+    if not 0 <= percentage <= 100:
+        raise SimError(f"--percentage-of-nodes-to-score: must be 0..100, got {percentage}")
+    weight = DEFAULT_EXTENDER_WEIGHT if args.extender_weight is None else args.extender_weight
+    if weight < 1:
+        raise SimError(f"--extender-weight: must be >= 1, got {weight}")
+    check_seed(args.seed)
+    check_repeat(args)
+    check_output_folder(args.out)
     cluster = load_cluster(args.cluster)
     traces = read_traces(args.trace)
     if deadline is not None:
@@ -321,8 +413,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = RunOptions(
         policies=policies,
         seed=args.seed,
-        percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
-        extender_weight=args.extender_weight,
+        percentage_of_nodes_to_score=percentage,
+        extender_weight=weight,
         policy=load_policy(args.policy_config),
         extender_urls=_split_map(args.extender_url, "--extender-url"),
         extender_profiles=_split_map(args.extender_profiles, "--extender-profiles"),
@@ -334,7 +426,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cluster,
         workload,
         opts,
-        Path(args.out),
+        make_output_folder(args.out),
         attribution_cluster=attribution_cluster,
         attribution_workloads=attribution,
         sensitivity=args.sensitivity,
@@ -352,7 +444,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_repeat(args: argparse.Namespace) -> None:
+    if args.repeat < 1:
+        raise SimError(f"--repeat: must be >= 1, got {args.repeat}")
+    check_number(args.every, "--every", at_least=0)
+
+
+# Flags of --scheduler kube alone (None unless given).
+KUBE_ONLY = (
+    ("kubeconfig", "--kubeconfig"),
+    ("scheduler_name", "--scheduler-name"),
+    ("scheduler_profile", "--scheduler-profile"),
+    ("time_scale", "--time-scale"),
+    ("bind_timeout", "--bind-timeout"),
+)
+# Flags of the model alone (None or False unless given).
 KUBE_UNUSED = (
+    ("percentage_of_nodes_to_score", "--percentage-of-nodes-to-score"),
+    ("extender_weight", "--extender-weight"),
+    ("no_attribution", "--no-attribution"),
+    ("no_plots", "--no-plots"),
     ("extender_url", "--extender-url"),
     ("extender_profiles", "--extender-profiles"),
     ("recording", "--recording"),
@@ -389,17 +500,26 @@ def cmd_run_kube(args: argparse.Namespace) -> int:
     from joulesched.sim.kubereplay import KubeOptions, placements_csv, replay, summary_table
 
     for attr, flag in KUBE_UNUSED:
-        if getattr(args, attr):
+        value = getattr(args, attr)
+        if value is not None and value is not False:
             raise SimError(f"{flag}: not used with --scheduler kube")
-    if args.repeat < 1:
-        raise SimError(f"--repeat: must be >= 1, got {args.repeat}")
+    check_seed(args.seed)
+    check_repeat(args)
+    time_scale = 0.0 if args.time_scale is None else args.time_scale
+    if time_scale < 0:
+        raise SimError(f"--time-scale: must be >= 0, got {time_scale}")
+    check_number(time_scale, "--time-scale", at_least=0)
+    bind_timeout = check_number(
+        DEFAULT_BIND_TIMEOUT if args.bind_timeout is None else args.bind_timeout, "--bind-timeout", above=0
+    )
+    check_output_folder(args.out)
     opts = KubeOptions(
         kubeconfig=args.kubeconfig,
-        scheduler_name=args.scheduler_name,
+        scheduler_name="default-scheduler" if args.scheduler_name is None else args.scheduler_name,
         profile=kube_profile(args.policies, args.scheduler_profile),
         seed=args.seed,
-        time_scale=args.time_scale,
-        bind_timeout=args.bind_timeout,
+        time_scale=time_scale,
+        bind_timeout=bind_timeout,
     )
     cluster = load_cluster(args.cluster)
     traces = read_traces(args.trace)
@@ -457,30 +577,43 @@ def cmd_generate(args: argparse.Namespace) -> int:
         write_wfformat,
     )
 
+    check_seed(args.seed)
     if args.kind == "workflow":
-        if args.shape:
+        if args.shape is not None:
             if args.shape not in PUBLISHED_SHAPES:
                 raise SimError(f"--shape: unknown shape {args.shape!r} (known: {', '.join(PUBLISHED_SHAPES)})")
+            for attr in SHAPE_SETS:
+                if getattr(args, attr) is not None:
+                    raise SimError(f"--{attr}: not with --shape (the shape sets {', '.join(SHAPE_SETS)})")
             shape = PUBLISHED_SHAPES[args.shape]
             name = args.name or args.shape
         else:
-            if not args.tasks or not args.makespan:
+            if args.tasks is None or args.makespan is None:
                 raise SimError("generate workflow: give --shape, or --tasks and --makespan")
-            lo, _, hi = args.cores.partition(",")
+            if args.tasks < 1:
+                raise SimError(f"--tasks: must be 1 or more, got {args.tasks}")
+            check_number(args.makespan, "--makespan", above=0)
+            layers = DEFAULT_LAYERS if args.layers is None else args.layers
+            if layers < 1:
+                raise SimError(f"--layers: must be 1 or more, got {layers}")
+            text = DEFAULT_CORES if args.cores is None else args.cores
+            lo, _, hi = text.partition(",")
             try:
                 cores = (int(lo), int(hi or lo))
             except ValueError as err:
-                raise SimError(f"--cores: must be MIN,MAX whole cores, got {args.cores!r}") from err
-            if args.tasks < 1 or args.makespan <= 0 or args.layers < 1 or cores[0] < 1 or cores[1] < cores[0]:
-                raise SimError(
-                    "generate workflow: --tasks, --makespan, --layers and --cores must be positive (MIN <= MAX)"
-                )
-            shape = WorkflowShape(args.tasks, args.makespan, args.layers, cores)
+                raise SimError(f"--cores: must be MIN,MAX whole cores, got {text!r}") from err
+            if cores[0] < 1 or cores[1] < cores[0]:
+                raise SimError(f"--cores: must be MIN,MAX whole cores with 1 <= MIN <= MAX, got {text!r}")
+            shape = WorkflowShape(args.tasks, args.makespan, layers, cores)
             name = args.name or Path(args.out).stem
-        write_wfformat(workflow_shape(name, shape, args.seed), args.out)
+        trace = workflow_shape(name, shape, args.seed)
+        write_output(args.out, lambda path: write_wfformat(trace, path))
     else:
-        if args.count < 1 or args.cluster_cores <= 0 or not 0 < args.utilisation <= 1:
-            raise SimError("generate pods: --count >= 1, --cluster-cores > 0 and 0 < --utilisation <= 1")
+        if args.count < 1:
+            raise SimError(f"--count: must be 1 or more, got {args.count}")
+        check_number(args.cluster_cores, "--cluster-cores", above=0)
+        check_number(args.utilisation, "--utilisation", above=0, at_most=1)
+        check_number(args.mean_duration, "--mean-duration", above=0)
         trace = independent_pods(
             args.count,
             cluster_cores=args.cluster_cores,
@@ -488,6 +621,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
             mean_duration=args.mean_duration,
             seed=args.seed,
         )
-        write_pod_csv(trace, args.out)
+        write_output(args.out, lambda path: write_pod_csv(trace, path))
     print(f"wrote {args.out}")
     return 0
