@@ -144,27 +144,69 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--output", "-o", metavar="FILE", help="write the table/CSV/JSON here instead of stdout")
     p.add_argument("--chart", metavar="FILE.png", help="also draw IT power and cumulative CO2e over time")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="per Prometheus query (default 30)")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, metavar="SECONDS", help="per Prometheus query, > 0 (default 30)"
+    )
     t = p.add_argument_group("tenant mode (VMs: energy from the NADIKI side, CPU from cAdvisor)")
     t.add_argument("--tenant", action="store_true", help="read the servers' energy from the NADIKI side")
     t.add_argument("--registrar", metavar="URL", help="NADIKI registrar API base (GET /servers/{id})")
     t.add_argument("--registrar-token-file", metavar="FILE", help="bearer token for the registrar")
     t.add_argument("--influx", metavar="URL", help="the provider's InfluxDB (1.x /query API)")
     t.add_argument("--database", metavar="DB", help="InfluxDB database (or bucket)")
-    t.add_argument("--influx-user", default="", metavar="USER")
+    t.add_argument("--influx-user", metavar="USER")
     t.add_argument("--influx-password-file", metavar="FILE", help="file holding the InfluxDB password or token")
     t.add_argument(
         "--share",
         choices=tenant_policy.SHARE_POLICIES,
-        default="vcpu",
-        help="a VM's share of its server: its vCPUs over the server's logical CPUs, or the provider's figure",
+        help="a VM's share of its server: its vCPUs over the server's logical CPUs (vcpu, the default), "
+        "or the provider's figure",
     )
-    t.add_argument("--vm-share", action="append", default=[], metavar="NODE=FRACTION", help="the provider's figure")
-    t.add_argument("--threads-per-core", type=int, default=2, metavar="N", help="logical CPUs per physical core (2)")
-    t.add_argument("--intensity", type=float, metavar="G", help="grid carbon intensity, gCO2e/kWh")
-    t.add_argument("--pue", type=float, default=1.0, metavar="X", help="the facility's PUE (default 1.0)")
-    t.add_argument("--wue", type=float, metavar="L", help="water, litres per kWh")
+    t.add_argument("--vm-share", action="append", metavar="NODE=FRACTION", help="the provider's figure")
+    t.add_argument("--threads-per-core", type=int, metavar="N", help="logical CPUs per physical core, >= 1 (2)")
+    t.add_argument("--intensity", type=float, metavar="G", help="grid carbon intensity, gCO2e/kWh, >= 0")
+    t.add_argument("--pue", type=float, metavar="X", help="the facility's PUE, >= 1 (default 1.0)")
+    t.add_argument("--wue", type=float, metavar="L", help="water, litres per kWh, >= 0")
     return p
+
+
+# The flags of tenant mode (None unless given): Prometheus mode reads the servers' energy and the
+# site factors (PUE, WUE, intensity) from Prometheus, so there they would be ignored.
+TENANT_ONLY = (
+    ("registrar", "--registrar"),
+    ("registrar_token_file", "--registrar-token-file"),
+    ("influx", "--influx"),
+    ("database", "--database"),
+    ("influx_user", "--influx-user"),
+    ("influx_password_file", "--influx-password-file"),
+    ("share", "--share"),
+    ("vm_share", "--vm-share"),
+    ("threads_per_core", "--threads-per-core"),
+    ("intensity", "--intensity"),
+    ("pue", "--pue"),
+    ("wue", "--wue"),
+)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The arguments, with every flag checked that can be checked without Prometheus (exit 2)."""
+    p = _parser()
+    args = p.parse_args(list(argv))
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        p.error(f"argument --timeout: must be a finite number of seconds > 0, got {args.timeout:g}")
+    if not args.tenant:
+        for attr, flag in TENANT_ONLY:
+            if getattr(args, attr) is not None:
+                p.error(f"argument {flag}: only with --tenant (Prometheus mode reads the site factors from Prometheus)")
+        return args
+    if args.intensity is not None and not (math.isfinite(args.intensity) and args.intensity >= 0):
+        p.error(f"argument --intensity: must be a finite number >= 0 gCO2e/kWh, got {args.intensity:g}")
+    if args.pue is not None and not (math.isfinite(args.pue) and args.pue >= 1):
+        p.error(f"argument --pue: must be a finite number >= 1, got {args.pue:g}")
+    if args.wue is not None and not (math.isfinite(args.wue) and args.wue >= 0):
+        p.error(f"argument --wue: must be a finite number >= 0 litres per kWh, got {args.wue:g}")
+    if args.threads_per_core is not None and args.threads_per_core < 1:
+        p.error(f"argument --threads-per-core: must be 1 or more, got {args.threads_per_core}")
+    return args
 
 
 def _read_file(path: str | None, what: str) -> str:
@@ -185,27 +227,22 @@ def tenant_inputs(args: argparse.Namespace) -> TenantInputs:
     ]
     if missing:
         raise ReportError(f"--tenant needs {', '.join(missing)}")
-    if args.vm_share and args.share != "provider":
+    share = args.share or "vcpu"
+    if args.vm_share and share != "provider":
         raise ReportError("--vm-share is the provider's figure: give it with --share provider")
-    if args.intensity is not None and not (math.isfinite(args.intensity) and args.intensity >= 0):
-        raise ReportError(f"--intensity {args.intensity}: must be ≥ 0 gCO2e/kWh")
-    if not (math.isfinite(args.pue) and args.pue >= 1):
-        raise ReportError(f"--pue {args.pue}: must be ≥ 1")
-    if args.threads_per_core < 1:
-        raise ReportError("--threads-per-core must be ≥ 1")
     return TenantInputs(
         RegistrarReader(args.registrar, _read_file(args.registrar_token_file, "--registrar-token-file") or None),
         InfluxReader(
             args.influx,
             args.database,
-            args.influx_user,
+            args.influx_user or "",
             _read_file(args.influx_password_file, "--influx-password-file"),
         ),
-        args.share,
-        parse_vm_shares(args.vm_share),
-        args.threads_per_core,
+        share,
+        parse_vm_shares(args.vm_share or []),
+        2 if args.threads_per_core is None else args.threads_per_core,
         args.intensity,
-        args.pue,
+        1.0 if args.pue is None else args.pue,
         args.wue,
     )
 
@@ -281,7 +318,7 @@ def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
 
 
 def main(argv: Sequence[str] | None = None, *, now: Callable[[], float] = time.time) -> int:
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         report = run(args, Prometheus(args.prometheus, args.timeout), now())
         if args.format == "json":

@@ -525,6 +525,16 @@ OUTPUTS = {
 REPOSITORY_OUTPUT = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
 
 
+def _not_a_folder(out: Path) -> str | None:
+    """Why ``out`` cannot be a folder: it, or the nearest of its parents that exists, is a file."""
+    if out.exists():
+        return None if out.is_dir() else f"{out} is a file, not a folder"
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    return None if parent.is_dir() else f"{parent} is a file, not a folder"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="joulesched rules", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="exit 1 when a generated file is out of date")
@@ -545,16 +555,26 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         args.output_dir = REPOSITORY_OUTPUT
+    wrong = _not_a_folder(args.output_dir)
+    if wrong:
+        print(f"joulesched rules: --output-dir {args.output_dir}: {wrong}", file=sys.stderr)
+        return 2
     stale: list[str] = []
     for relative, render in OUTPUTS.items():
         path = args.output_dir / relative
         text = render()
-        if args.check:
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+        try:
+            if args.check:
+                if not path.exists() or path.read_text(encoding="utf-8") != text:
+                    stale.append(str(path))
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+        except OSError as err:
+            done = "read" if args.check else "write"
+            said = f"--output-dir {args.output_dir}: cannot {done} {path}: {err.strerror or err}"
+            print(f"joulesched rules: {said}", file=sys.stderr)
+            return 2
     for name in stale:
         print(f"{name} is out of date: run joulesched rules", file=sys.stderr)
     return 1 if stale else 0

@@ -1,0 +1,109 @@
+"""``joulesched report`` and ``joulesched rules``: a wrong flag is refused by name, exit 2, before
+Prometheus is asked anything (no traceback, no flag silently ignored)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from joulesched import cli
+from joulesched.impact import cli as report_cli
+from joulesched.impact import rules
+
+# Nothing listens there: a flag checked only after a query would read "Prometheus at ... ".
+NOWHERE = ["--prometheus", "http://127.0.0.1:9", "--namespace", "shop", "--last", "1h"]
+TENANT = ["--tenant", "--registrar", "http://127.0.0.1:9", "--influx", "http://127.0.0.1:9", "--database", "db"]
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        cli.main(["report", *argv])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Prometheus at" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_at_once(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = refused([*NOWHERE, "--timeout", value], capsys)
+    assert (
+        last
+        == f"joulesched report: error: argument --timeout: must be a finite number of seconds > 0, got {float(value):g}"
+    )
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--intensity", "300"],
+        ["--pue", "1.2"],
+        ["--wue", "0.5"],
+        ["--threads-per-core", "2"],
+        ["--share", "provider"],
+        ["--vm-share", "vm-a=0.1"],
+        ["--registrar", "http://x"],
+        ["--influx-user", "u"],
+    ],
+)
+def test_tenant_flags_are_refused_in_prometheus_mode(flag: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    last = refused([*NOWHERE, *flag], capsys)
+    assert last == (
+        f"joulesched report: error: argument {flag[0]}: only with --tenant "
+        "(Prometheus mode reads the site factors from Prometheus)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (["--intensity", "nan"], "argument --intensity: must be a finite number >= 0 gCO2e/kWh, got nan"),
+        (["--intensity", "-1"], "argument --intensity: must be a finite number >= 0 gCO2e/kWh, got -1"),
+        (["--pue", "0.9"], "argument --pue: must be a finite number >= 1, got 0.9"),
+        (["--pue", "inf"], "argument --pue: must be a finite number >= 1, got inf"),
+        (["--wue", "nan"], "argument --wue: must be a finite number >= 0 litres per kWh, got nan"),
+        (["--wue", "-0.5"], "argument --wue: must be a finite number >= 0 litres per kWh, got -0.5"),
+        (["--threads-per-core", "0"], "argument --threads-per-core: must be 1 or more, got 0"),
+    ],
+)
+def test_tenant_figures_are_checked_at_once(flag: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    last = refused([*TENANT, "--last", "1h", *flag], capsys)
+    assert last == f"joulesched report: error: {message}"
+
+
+def test_tenant_defaults_are_kept_when_the_flags_are_not_given() -> None:
+    inputs = report_cli.tenant_inputs(report_cli.parse_args([*TENANT, "--last", "1h"]))
+    assert (inputs.share, dict(inputs.vm_shares), inputs.threads_per_core) == ("vcpu", {}, 2)
+    assert (inputs.intensity, inputs.pue, inputs.wue) == (None, 1.0, None)
+    given = report_cli.parse_args([*TENANT, "--last", "1h", "--intensity", "300", "--pue", "1.2", "--wue", "0.4"])
+    inputs = report_cli.tenant_inputs(given)
+    assert (inputs.intensity, inputs.pue, inputs.wue) == (300.0, 1.2, 0.4)
+
+
+def test_rules_into_a_file_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("", encoding="utf-8")
+    for target, culprit in ((afile, afile), (afile / "sub", afile)):
+        for check in ([], ["--check"]):
+            assert rules.main([*check, "--output-dir", str(target)]) == 2
+            err = capsys.readouterr().err
+            assert "Traceback" not in err
+            assert err == f"joulesched rules: --output-dir {target}: {culprit} is a file, not a folder\n"
+
+
+def test_rules_into_a_folder_whose_subfolder_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "operator").write_text("", encoding="utf-8")
+    assert rules.main(["--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"joulesched rules: --output-dir {tmp_path}: cannot write {tmp_path / 'operator' / 'prometheusrule.yaml'}: "
+    )
+    assert len(err.splitlines()) == 1
+
+
+def test_rules_write_into_a_new_folder(tmp_path: Path) -> None:
+    assert rules.main(["--output-dir", str(tmp_path / "new")]) == 0
+    assert rules.main(["--check", "--output-dir", str(tmp_path / "new")]) == 0
