@@ -27,6 +27,7 @@ import argparse
 import http.client
 import http.server
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -38,7 +39,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -335,15 +337,80 @@ def _figures(latencies: dict[str, list[float]], wall: float | None) -> dict[str,
     return figures
 
 
+def _at_least(low: int) -> Callable[[str], int]:
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be {low} or more, got {value}")
+        return value
+
+    return whole
+
+
+def _workers(text: str) -> int:
+    """``--workers`` within the bounds of the extender's ``server.workers``."""
+    from joulesched.extender.config import ServerConfig
+    from joulesched.policy.validate import limit_problems
+
+    value = _at_least(1)(text)
+    for problem in limit_problems(replace(ServerConfig(), workers=value), "server"):
+        where, _, what = problem.partition(": ")
+        if where == "server.workers":
+            raise argparse.ArgumentTypeError(f"{what} (the bounds of the extender's server.workers)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+MODES = ("names", "nodes")
+
+
+def _scenarios(text: str) -> list[tuple[str, int]]:
+    """``mode:count,...``: mode ``names`` (NodeNames) or ``nodes`` (full Nodes), count 1 or more."""
+    out = []
+    for item in text.split(","):
+        mode, sep, count = item.strip().partition(":")
+        if not sep or mode not in MODES:
+            raise argparse.ArgumentTypeError(f"{item!r}: must be MODE:COUNT with MODE names or nodes")
+        try:
+            n = int(count)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: the count must be a whole number, got {count!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: the count must be 1 or more")
+        out.append((mode, n))
+    return out
+
+
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="joulesched bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=400, help="measured requests per scenario and connection")
-    p.add_argument("--workers", type=int, default=2, help="gunicorn workers of the extender")
-    p.add_argument("--connections", type=int, default=1, help="parallel kept-alive clients (1: as kube-scheduler)")
-    p.add_argument("--scenarios", default=",".join(f"{m}:{n}" for m, n in SCENARIOS), help="mode:count,... (mode names|nodes)")
+    p.add_argument(
+        "--requests", type=_at_least(1), default=400, help="measured requests per scenario and connection (1 or more)"
+    )
+    p.add_argument("--workers", type=_workers, default=2, help="gunicorn workers of the extender (1..64)")
+    p.add_argument(
+        "--connections", type=_at_least(1), default=1, help="parallel kept-alive clients (1: as kube-scheduler)"
+    )
+    p.add_argument(
+        "--scenarios",
+        type=_scenarios,
+        default=",".join(f"{m}:{n}" for m, n in SCENARIOS),
+        help="mode:count,... (mode names or nodes; count 1 or more)",
+    )
     p.add_argument("--out", help="also write the figures as JSON here")
     p.add_argument(
-        "--warmup-seconds", type=float, default=WARMUP_SECONDS, help="unmeasured seconds before each measurement"
+        "--warmup-seconds", type=_seconds, default=WARMUP_SECONDS, help="unmeasured seconds before each measurement"
     )
     p.add_argument(
         "--block-pods", type=int, help=f"with one client, pods sent to one server before the other's turn (default {BLOCK_PODS})"
@@ -355,7 +422,11 @@ def main(argv: Sequence[str]) -> int:
         a.block_pods = BLOCK_PODS
     if a.block_pods < 1:
         p.error(f"--block-pods must be 1 or more, got {a.block_pods}")
-    scenarios = [(s.split(":")[0], int(s.split(":")[1])) for s in a.scenarios.split(",")]
+    if a.out:
+        wrong = _unwritable(Path(a.out))
+        if wrong:
+            p.error(f"argument --out: {wrong}")
+    scenarios: list[tuple[str, int]] = a.scenarios
     largest = max(n for _, n in scenarios)
 
     tmp = Path(tempfile.mkdtemp(prefix="joulesched-bench-"))
@@ -372,7 +443,11 @@ def main(argv: Sequence[str]) -> int:
     floor.start()
     results: list[dict[str, Any]] = []
     try:
-        wait_ready(ext_port, extender)
+        try:
+            wait_ready(ext_port, extender)
+        except RuntimeError as err:
+            print(f"joulesched bench: {err}; see {tmp / 'extender.log'}", file=sys.stderr)
+            return 1
         for mode, n in scenarios:
             body = request_body(mode, n)
             requests = a.requests if n <= 1000 else max(50, a.requests // 4)
@@ -404,8 +479,25 @@ def main(argv: Sequence[str]) -> int:
         "date": time.strftime("%Y-%m-%d"),
     }
     if a.out:
-        Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+        try:
+            Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+        except OSError as err:
+            print(f"joulesched bench: --out {a.out}: cannot write: {err.strerror or err}", file=sys.stderr)
+            return 1
     return 0
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the figures could not be written to ``path`` at the end, checked before measuring."""
+    if path.is_dir():
+        return f"{path} is a folder"
+    if not path.parent.exists():
+        return f"the folder {path.parent} does not exist"
+    if not path.parent.is_dir():
+        return f"{path.parent} is not a folder"
+    if not os.access(path.parent, os.W_OK):
+        return f"cannot write in {path.parent}"
+    return None
 
 
 def _line(row: dict[str, Any]) -> str:

@@ -1,10 +1,12 @@
 """``joulesched extender``: serve the scheduler extender with gunicorn.
 
-    joulesched extender [--config FILE] [--listen HOST:PORT] [--workers N] [--demo] [--log-format text|json]
+    joulesched extender [--config FILE] [--listen HOST:PORT] [--workers N] [--log-format text|json]
+    joulesched extender --demo [--config FILE]
 
 With no config it serves the shipped example node profiles. ``--demo`` starts it on a free
-loopback port, sends one scripted pod through filter, prioritize and explain over HTTP, prints
-the scores and stops.
+loopback port, sends one scripted pod through filter, prioritize and explain over HTTP (under the
+config's ``prefix``), for every node of the profile file, prints the scores and stops; a config
+whose ``profiles.source`` is not ``file``, or that serves TLS, is refused.
 """
 
 from __future__ import annotations
@@ -21,23 +23,36 @@ from joulesched.contracts.runtime import LOG_FORMATS, setup_logging
 from joulesched.policy.errors import ConfigError
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="joulesched extender", description="Serve the energy-aware scheduler extender.")
     p.add_argument("--config", help="extender config YAML (default: built-in defaults and the example cluster)")
     p.add_argument("--listen", help="HOST:PORT to listen on (overrides the config; default 0.0.0.0:8888)")
-    p.add_argument("--workers", type=int, help="gunicorn worker processes (overrides server.workers)")
-    p.add_argument("--demo", action="store_true", help="start on loopback, score one example pod, print, stop")
+    p.add_argument("--workers", type=int, help="gunicorn worker processes, 1..64 (overrides server.workers)")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="start on loopback, score one example pod on the nodes of the profile file, print, stop",
+    )
     p.add_argument(
         "--log-format",
         default="text",
         choices=LOG_FORMATS,
         help="text lines, or one JSON object per line, gunicorn's own lines too (default text)",
     )
-    return p.parse_args(list(argv))
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    return _parser().parse_args(list(argv))
 
 
 def main(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
+    p = _parser()
+    args = p.parse_args(list(argv))
+    if args.demo:
+        for flag, value in (("--listen", args.listen), ("--workers", args.workers)):
+            if value is not None:
+                p.error(f"argument {flag}: not with --demo (the demo serves on a free loopback port, one worker)")
     # prometheus-client picks its multiprocess value class when first imported: the
     # directory must be in the environment before anything imports it.
     if not args.demo and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -45,28 +60,59 @@ def main(argv: Sequence[str]) -> int:
     setup_logging("info", args.log_format)
     from joulesched.extender.config import load_config
 
+    if args.workers is not None:
+        problem = _workers_problem(args.workers)
+        if problem:
+            p.error(f"argument --workers: {problem}")
     try:
         config = load_config(args.config).with_listen(args.listen)
         if args.workers is not None:
-            if args.workers < 1:
-                raise ConfigError("--workers", [f"must be >= 1, got {args.workers}"])
             config = replace(config, server=replace(config.server, workers=args.workers))
-        if args.demo:
-            from joulesched.extender.demo import run_demo
-
-            return run_demo(args.config)
+        refused = _demo_refuses(config, args.config) if args.demo else None
+        if refused:
+            print(f"joulesched extender: --demo: {refused}", file=sys.stderr)
+            return 2
         # Fail before forking workers: a broken profile file is an operator's error to see now.
         # Only the file is read here: the master imports nothing the workers alone need (their
         # imports are not shared with it, and every process's memory counts against the pod).
         if config.source == "file":
             from joulesched.extender.profiles import read_profile_file
 
-            read_profile_file(config.file_path)
+            profiles = read_profile_file(config.file_path)
+            if args.demo:
+                from joulesched.extender.demo import run_demo
+
+                return run_demo(args.config, config.prefix, [n.name for n in profiles.nodes])
     except ConfigError as err:
         print(f"joulesched extender: {err}", file=sys.stderr)
         return 2
     serve(config, args.log_format)
     return 0
+
+
+def _workers_problem(workers: int) -> str | None:
+    """What is wrong with ``--workers`` by the bounds of ``server.workers`` (docs/configuration.md)."""
+    from joulesched.extender.config import ServerConfig
+    from joulesched.policy.validate import limit_problems
+
+    for problem in limit_problems(replace(ServerConfig(), workers=workers), "server"):
+        where, _, what = problem.partition(": ")
+        if where == "server.workers":
+            return f"{what} (the bounds of server.workers)"
+    return None
+
+
+def _demo_refuses(config: Any, path: str | None) -> str | None:
+    """Why the demo cannot drive this config: it scores the nodes of a profile file over plain HTTP."""
+    if config.source != "file":
+        explain = f"{config.prefix.rstrip('/')}/explain"
+        return (
+            f"{path}: profiles.source is {config.source}; the demo scores the nodes of a profile file "
+            f"(profiles.source: file): run the extender without --demo and ask it POST {explain}"
+        )
+    if config.server.tls_cert_file:
+        return f"{path}: server.tls.cert_file is set; the demo speaks plain HTTP: run the extender without --demo"
+    return None
 
 
 def serve(config: Any, log_format: str = "text") -> None:

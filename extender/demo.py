@@ -11,8 +11,10 @@ import http.client
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import IO, Any
 
 import orjson
 
@@ -75,38 +77,44 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
         proc.communicate()
 
 
-def run_demo(config_path: str | None) -> int:
+def run_demo(config_path: str | None, prefix: str = "/scheduler", names: Sequence[str] | None = None) -> int:
+    """Serve ``config_path`` (None: the defaults) and score the example pod on ``names`` (None:
+    the shipped example's nodes) through the verbs under ``prefix``."""
     port = free_port()
     cmd = [sys.executable, "-m", "joulesched", "extender", "--listen", f"127.0.0.1:{port}", "--workers", "1"]
     if config_path:
         cmd += ["--config", config_path]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ})
-    try:
-        wait_ready(port, proc)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    nodes = list(names) if names is not None else _example_names()
+    verbs = prefix.rstrip("/")
+    # The child's stderr goes to a file, not a pipe: nobody reads it while it runs (a full pipe
+    # would stop it), and it is shown when the child fails.
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ})
+        try:
+            wait_ready(port, proc)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
 
-        def post(verb: str, body: dict[str, Any]) -> Any:
-            conn.request("POST", f"/scheduler/{verb}", orjson.dumps(body), {"Content-Type": "application/json"})
-            reply = conn.getresponse()
-            data = reply.read()
-            if reply.status != 200:
-                raise RuntimeError(f"{verb}: HTTP {reply.status}: {data.decode(errors='replace')}")
-            return orjson.loads(data)
+            def post(verb: str, body: dict[str, Any]) -> Any:
+                conn.request("POST", f"{verbs}/{verb}", orjson.dumps(body), {"Content-Type": "application/json"})
+                reply = conn.getresponse()
+                data = reply.read()
+                if reply.status != 200:
+                    raise RuntimeError(f"{verbs}/{verb}: HTTP {reply.status}: {data.decode(errors='replace')}")
+                return orjson.loads(data)
 
-        conn.request("GET", "/readyz")
-        ready = conn.getresponse().read().decode().strip()
-        explain = post("explain", {"Pod": EXAMPLE_POD, "NodeNames": []})  # an empty candidate list is valid
-        names = _profile_names(post, ready)
-        args = {"Pod": EXAMPLE_POD, "NodeNames": names}
-        filtered = post("filter", args)
-        scores = post("prioritize", args)
-        explain = post("explain", args)
-        conn.close()
-    except RuntimeError as err:
-        print(f"joulesched extender --demo: {err}", file=sys.stderr)
-        return 1
-    finally:
-        stop(proc, 15)
+            conn.request("GET", "/readyz")
+            ready = conn.getresponse().read().decode().strip()
+            args = {"Pod": EXAMPLE_POD, "NodeNames": nodes}
+            filtered = post("filter", args)
+            scores = post("prioritize", args)
+            explain = post("explain", args)
+            conn.close()
+        except (RuntimeError, OSError, http.client.HTTPException) as err:
+            print(f"joulesched extender --demo: {err}", file=sys.stderr)
+            _show_child_stderr(proc, log)
+            return 1
+        finally:
+            stop(proc, 15)
     print(f"extender on 127.0.0.1:{port} — {ready}")
     demand = explain["demand"]
     print(
@@ -128,9 +136,20 @@ def run_demo(config_path: str | None) -> int:
     return 0
 
 
-def _profile_names(post: Any, ready: str) -> list[str]:
-    """The demo scores every node of the served profiles, read from the shipped example."""
+def _example_names() -> list[str]:
+    """The nodes of the shipped example (what the extender serves with no config)."""
     from joulesched.extender.config import example_profiles_path
     from joulesched.extender.profiles import read_profile_file
 
     return [n.name for n in read_profile_file(example_profiles_path()).nodes]
+
+
+def _show_child_stderr(proc: subprocess.Popen[bytes], log: IO[bytes], lines: int = 40) -> None:
+    """What the extender said on stderr (its last ``lines`` lines), once it has stopped."""
+    stop(proc, 15)
+    log.seek(0)
+    said = log.read().decode("utf-8", errors="replace").rstrip().splitlines()
+    if said:
+        shown = said[-lines:]
+        head = "the extender said" + (f" (its last {lines} lines)" if len(said) > lines else "") + ":"
+        print("\n".join([head, *shown]), file=sys.stderr)

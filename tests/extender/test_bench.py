@@ -79,3 +79,38 @@ def test_blocks_the_bench_cannot_drive_are_refused_by_name(capsys, argv, said) -
     with pytest.raises(SystemExit) as exit_:
         bench.main(argv)
     assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--scenarios", "names:abc"], "argument --scenarios: 'names:abc': the count must be a whole number, got 'abc'"),
+        (["--scenarios", "bogus:10"], "argument --scenarios: 'bogus:10': must be MODE:COUNT with MODE names or nodes"),
+        (["--scenarios", "names"], "argument --scenarios: 'names': must be MODE:COUNT with MODE names or nodes"),
+        (["--scenarios", "nodes:0"], "argument --scenarios: 'nodes:0': the count must be 1 or more"),
+        (["--requests", "-1"], "argument --requests: must be 1 or more, got -1"),
+        (["--requests", "0"], "argument --requests: must be 1 or more, got 0"),
+        (["--connections", "0"], "argument --connections: must be 1 or more, got 0"),
+        (["--workers", "0"], "argument --workers: must be 1 or more, got 0"),
+        (["--workers", "65"], "argument --workers: must be <= 64, got 65 (the bounds of the extender's server.workers)"),
+        (["--warmup-seconds", "nan"], "argument --warmup-seconds: must be a finite number of seconds >= 0, got 'nan'"),
+        (["--warmup-seconds", "-1"], "argument --warmup-seconds: must be a finite number of seconds >= 0, got '-1'"),
+    ],
+)
+def test_flags_the_bench_cannot_use_are_refused_before_it_starts(capsys, monkeypatch, argv, said) -> None:  # type: ignore[no-untyped-def]
+    started = []
+    monkeypatch.setattr(bench.subprocess, "Popen", lambda *a, **k: started.append(a) or pytest.fail("started"))
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.strip().splitlines()[-1] == f"joulesched bench: error: {said}"
+    assert "Traceback" not in err and started == []
+
+
+def test_an_out_file_that_cannot_be_written_is_refused_before_measuring(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(bench.subprocess, "Popen", lambda *a, **k: pytest.fail("started"))
+    for out, said in ((tmp_path / "nonexist" / "b.json", f"the folder {tmp_path / 'nonexist'} does not exist"), (tmp_path, f"{tmp_path} is a folder")):
+        with pytest.raises(SystemExit) as exit_:
+            bench.main(["--out", str(out)])
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"joulesched bench: error: argument --out: {said}"
