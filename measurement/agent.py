@@ -33,6 +33,7 @@ from joulesched.measurement.sources.kube_pods import PodDirectory, open_director
 from joulesched.measurement.sources.procfs_stat import ProcStat
 from joulesched.measurement.sources.registry import OpenedSources, open_sources, retry_openers
 from joulesched.policy.errors import ConfigError
+from joulesched.policy.site import NoIntensity
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,6 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] | None = None) -
         pods=directory,
         pending=pending,
     )
-    recorder = RecordingWriter(config.record_file) if config.record_file else None
     provider = None
     if config.nadiki is not None:
         gpu_models = [z.model for src in opened.sources for z in src.zones() if isinstance(z, HasModel) and z.model]
@@ -190,7 +190,19 @@ def build_agent(config: AgentConfig, clock: Callable[[], float] | None = None) -
                 [f"node.site {config.node.site!r} is not a site of this file ({', '.join(catalogue.sites)})"],
             )
         site = SiteFactors(catalogue, config.node.site, config.node.server_id, node, wall_clock(clock))
+        mine = catalogue.sites.get(config.node.site)
+        if mine is not None and isinstance(mine.carbon, NoIntensity):
+            log.warning("site %s: no carbon intensity given in %s: no intensity gauge (unknown, not 0 g/kWh)", mine.name, config.site_file)
+    recorder = _open_recording(config.record_file) if config.record_file else None  # last: it truncates the file
     return Agent(config, sampler, opened, directory, clock, recorder, provider=provider, site=site)
+
+
+def _open_recording(path: str) -> RecordingWriter:
+    """The ``--record`` file (``record.file``), opened now: one that cannot be is refused before serving."""
+    try:
+        return RecordingWriter(path)
+    except OSError as err:
+        raise MeasurementError(f"record.file: cannot open {path}: {err.strerror or err}") from err
 
 
 def read_token(path: str) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from joulesched.measurement.errors import MeasurementError
 from joulesched.policy.impact import operational_grams
 from joulesched.policy.units import JOULES_PER_KWH
 
@@ -196,33 +197,79 @@ def fetch_result(agent: str, run_id: str, token: str | None) -> dict[str, Any]:
     return result
 
 
+class BadInput(MeasurementError):
+    """A flag or file the user gave is wrong (exit 2); the message names it."""
+
+
+def read_saved_result(path: str) -> dict[str, Any]:
+    """A saved answer of ``GET /v1/weblog/{runId}``; :class:`BadInput` names the file."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise BadInput(f"--json {path}: cannot read: {err.strerror or err}") from err
+    try:
+        result = json.loads(data)
+    except ValueError as err:  # JSONDecodeError, or bytes that are no text
+        raise BadInput(f"--json {path}: not valid JSON: {err}") from err
+    if not isinstance(result, dict):
+        raise BadInput(
+            f"--json {path}: not a saved answer of GET /v1/weblog/{{runId}} (a JSON object), "
+            f"got {type(result).__name__}"
+        )
+    return result
+
+
+def _render_saved(result: dict[str, Any], path: str, intensity: float | None) -> str:
+    """The report of a saved result, whose every problem names the file."""
+    try:
+        return render_html(result, intensity)
+    except KeyError as err:
+        raise BadInput(f"--json {path}: not a finished run's result: no key {err}") from err
+    except (ValueError, TypeError, AttributeError, IndexError) as err:
+        raise BadInput(f"--json {path}: {err}") from err
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="joulesched weblog-report", description="HTML energy report of a Nextflow run")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--agent", metavar="URL", help="the agent Nextflow posted to (-with-weblog URL's base)")
     source.add_argument("--json", metavar="FILE", help="a saved answer of GET /v1/weblog/{runId}")
     p.add_argument("--run", metavar="RUN_ID", help="the run's runId (Nextflow's session id), with --agent")
-    p.add_argument("--token-file", metavar="FILE", help="the agent's bearer token")
-    p.add_argument("--intensity", type=float, metavar="G", help="grid carbon intensity, gCO2e/kWh")
+    p.add_argument("--token-file", metavar="FILE", help="the agent's bearer token, with --agent")
+    p.add_argument("--intensity", type=float, metavar="G", help="grid carbon intensity, gCO2e/kWh, >= 0")
     p.add_argument("--output", "-o", required=True, metavar="FILE.html")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.intensity is not None and not (math.isfinite(args.intensity) and args.intensity >= 0):
+        p.error(f"argument --intensity: must be a finite number >= 0 gCO2e/kWh, got {args.intensity:g}")
+    if args.agent and not args.run:
+        p.error("argument --agent: needs --run RUN_ID")
+    if args.json:
+        for flag, value in (("--run", args.run), ("--token-file", args.token_file)):
+            if value is not None:
+                p.error(f"argument {flag}: only with --agent (--json reads a saved result)")
     try:
         if args.agent:
-            if not args.run:
-                raise ValueError("--agent needs --run RUN_ID")
             token = None
             if args.token_file:
-                with open(args.token_file, encoding="utf-8") as fh:
-                    token = fh.read().strip()
+                try:
+                    with open(args.token_file, encoding="utf-8") as fh:
+                        token = fh.read().strip()
+                except (OSError, ValueError) as err:
+                    reason = getattr(err, "strerror", None) or err
+                    raise BadInput(f"--token-file {args.token_file}: cannot read: {reason}") from err
             result = fetch_result(args.agent, args.run, token)
+            text = render_html(result, args.intensity)
         else:
-            with open(args.json, encoding="utf-8") as fh:
-                result = json.load(fh)
-        if args.intensity is not None and not (math.isfinite(args.intensity) and args.intensity >= 0):
-            raise ValueError(f"--intensity {args.intensity}: must be ≥ 0 gCO2e/kWh")
-        text = render_html(result, args.intensity)
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            text = _render_saved(read_saved_result(args.json), args.json, args.intensity)
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as err:
+            raise BadInput(f"--output {args.output}: cannot write: {err.strerror or err}") from err
+    except BadInput as err:
+        print(f"joulesched weblog-report: {err}", file=sys.stderr)
+        return 2
     except (ValueError, OSError, KeyError) as err:
         print(f"joulesched weblog-report: {err}", file=sys.stderr)
         return 1

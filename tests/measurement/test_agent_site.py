@@ -103,7 +103,10 @@ def test_a_site_without_carbon_data_exports_no_intensity_and_says_so_once(
     # Not 0 g/kWh, which the extender would score as the cleanest site: no gauge, as for a
     # source that cannot answer; the other factors as given.
     sites = {"sites": {"lab": {"pue": 1.3}}}
-    agent = build_agent(agent_config(tmp_path, "lab", "", sites), clock=FakeClock())
+    with caplog.at_level("INFO"):
+        agent = build_agent(agent_config(tmp_path, "lab", "", sites), clock=FakeClock())
+    assert "site lab: no carbon intensity given" in caplog.text  # once, at start
+    caplog.clear()
     agent.step()
     with caplog.at_level("INFO"):
         texts = [generate_latest(make_registry(agent.latest_published, agent.site)).decode() for _ in range(3)]
