@@ -158,6 +158,7 @@ def create_app(
     @app.get("/readyz")
     def readyz() -> Response:
         snap = source.snapshot()
+        endpoint.count_source_errors()
         if not snap.ready:
             return Response(f"not ready: no answer yet from the {source.name} profile source {snap.error}\n", 503, mimetype="text/plain")
         st = status()
@@ -172,6 +173,7 @@ def create_app(
 
     @app.get("/metrics")
     def metrics_endpoint() -> Response:
+        endpoint.count_source_errors()  # refreshes /readyz made (the kubelet's probes), without traffic
         return Response(metrics.exposition(), mimetype="text/plain; version=0.0.4; charset=utf-8")
 
     @app.errorhandler(404)
@@ -276,15 +278,20 @@ class VerbEndpoint:
             log.exception("internal error outside a verb")
             return self.fail("other", 500, "internal", f"internal error: {type(err).__name__}")
 
+    def count_source_errors(self) -> None:
+        """Carry the profile source's failed refreshes into its counter: after each verb, and at
+        each /readyz and /metrics, so a file that breaks while no pod is scheduled is counted too."""
+        errors = self.source.errors
+        if errors != self._source_errors_seen:
+            self.metrics.source_errors.labels(self.source.name).inc(errors - self._source_errors_seen)
+            self._source_errors_seen = errors
+
     def _count(self, verb: str, seconds: float) -> None:
         m = self.metrics
         requests, latency = self._ok[verb]
         requests.inc()
         latency.observe(seconds)
-        errors = self.source.errors
-        if errors != self._source_errors_seen:
-            m.source_errors.labels(self.source.name).inc(errors - self._source_errors_seen)
-            self._source_errors_seen = errors
+        self.count_source_errors()
         last = self.ext.last
         if verb in ("filter", "prioritize") and last is not None:
             ev = last.evaluation

@@ -41,3 +41,29 @@ def test_a_profile_file_emptied_while_running_keeps_the_last_good_profiles(tmp_p
     now[0] += 2.0
     snap = source.snapshot()
     assert [p.name for p in snap.profiles.nodes] == ["mine-2"] and not snap.error
+
+
+def test_a_profile_file_that_breaks_with_no_pod_to_schedule_is_counted_at_readyz(tmp_path: Path) -> None:
+    # The kubelet's readiness probes keep asking while kube-scheduler sends nothing: the failed
+    # refresh they see is in the error counter at the next scrape, not only after a verb.
+    from prometheus_client import CollectorRegistry
+
+    from joulesched.extender.app import create_app
+    from joulesched.extender.config import parse_config
+    from joulesched.extender.metrics import ExtenderMetrics
+
+    path = tmp_path / "nodes.yaml"
+    path.write_text(GOOD, encoding="utf-8")
+    now = [1000.0]
+    config = parse_config({"profiles": {"file": {"path": str(path), "reload_seconds": 1e-6}}}, "test")
+    app = create_app(config, metrics=ExtenderMetrics(CollectorRegistry()), clock=lambda: now[0], background=False)
+    client = app.test_client()
+    counter = 'joulesched_extender_profile_source_errors_total{source="file"} '
+    assert client.get("/readyz").status_code == 200
+    path.write_text("nodes: [", encoding="utf-8")
+    os.utime(path, ns=(0, 10**18))
+    now[0] += 2.0
+    reply = client.get("/readyz")
+    assert reply.status_code == 200 and b"the last refresh failed" in reply.data  # the last good profiles serve
+    (line,) = [ln for ln in client.get("/metrics").get_data(as_text=True).splitlines() if ln.startswith(counter)]
+    assert float(line.removeprefix(counter)) >= 1.0  # each refresh due that fails (here every read: reload 1 µs)
