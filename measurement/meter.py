@@ -41,8 +41,9 @@ both, so windows and attribution count it); without an estimate the interval sta
 Zones are re-listed every ``rescan_seconds``: a new zone starts from its first reading; a zone
 that disappeared keeps its total and its last reading and is marked absent. When it is listed
 again its next reading is differenced against that last one, as after failed reads: a counter
-that kept counting loses nothing, one that came back reset is a ``reset``, and a power zone
-absent longer than ``max_gap_seconds`` is a ``gap``.
+that kept counting loses nothing, one that came back lower is a ``reset`` (never a wrap), a
+counter gone long enough to have wrapped more than once is a ``gap`` (as after failed reads), and
+a power zone absent longer than ``max_gap_seconds`` is a ``gap``.
 
 Each zone's power gauge (:meth:`EnergyMeter.zone_states`) is its total's change over the last
 ``power_window_seconds`` of accepted readings — never one interval's jump — capped at the zone's
@@ -67,6 +68,7 @@ from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, SourceSnapshot
 from joulesched.measurement.sources.base import HasMaxWatts, Reading, ReadsInPasses, Source, Zone
 from joulesched.measurement.windowstore import Anchor
 from joulesched.policy.energy import (
+    Delta,
     Layout,
     ZoneInfo,
     ZoneKey,
@@ -100,6 +102,7 @@ class Pending:
 
 class _ZoneState:
     __slots__ = (
+        "back",
         "estimated_nj",
         "history",
         "info",
@@ -122,6 +125,7 @@ class _ZoneState:
         self.total_nj = 0  # measured
         self.estimated_nj = 0  # estimated for intervals that could not be measured
         self.present = True
+        self.back = False  # listed again after it was missing, not read since: a step back is a reset
         self.peak_watts = 0.0  # the highest power of an accepted counter interval
         self.max_watts = max_watts  # the gauge's cap
         self.history: deque[tuple[float, int]] = deque()  # (reading time, total) since the last gap
@@ -242,6 +246,7 @@ class EnergyMeter:
                     # as after failed reads (a counter that kept counting loses nothing; one that
                     # came back reset is a reset, a power zone gone too long a gap)
                     existing.present = True
+                    existing.back = True
                     changed = True
         for name, zs in state.zones.items():
             if name not in seen and zs.present:
@@ -562,9 +567,15 @@ class EnergyMeter:
             # successful reads, however often windows read), so the plausibility limit depends on
             # the real elapsed time only
             wrap_watts = WRAP_HEADROOM * zs.peak_watts if zs.peak_watts > 0 else self.max_zone_watts
-            delta = counter_delta(
-                last.value, reading.value, info.max_joules, dt, self.max_zone_watts, wrap_watts=wrap_watts
-            )
+            if zs.back and reading.value < last.value:
+                # back from a re-listing lower than it went: a device re-enumerated starts again
+                # from 0 far more often than it wraps while unlisted, so never take it as a wrap
+                delta = Delta(None, "reset")
+            else:
+                delta = counter_delta(
+                    last.value, reading.value, info.max_joules, dt, self.max_zone_watts, wrap_watts=wrap_watts
+                )
+        zs.back = False
         if delta.joules is None:
             kind = delta.anomaly or "implausible"
             garbage = kind == "garbage"  # an impossible reading: keep the last good one, lose nothing

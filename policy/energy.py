@@ -50,7 +50,9 @@ def counter_delta(
       a garbage read);
     * ``reset``: a step back that a wrap would explain only with more than ``wrap_watts × dt``
       (the zone's own plausible power over the real elapsed time): the counter was reset, or
-      went back, rather than wrapped, and the energy since then is unknown, never invented.
+      went back, rather than wrapped, and the energy since then is unknown, never invented;
+    * ``gap``: readings so far apart that the counter could have wrapped more than once at
+      ``wrap_watts`` (``wrap_watts × dt ≥ max_joules``): how many times is unknown.
 
     ``dt`` is the real time the energy accrued over: for the meter, the time since the counter
     last changed, so that a coarse counter's step read soon after the step is not dropped.
@@ -66,6 +68,8 @@ def counter_delta(
         return Delta(None, "negative")
     if dt <= 0:
         return Delta(0.0) if delta == 0 else Delta(None, "implausible")
+    if max_joules and wrap_watts is not None and wrap_watts * dt >= max_joules:
+        return Delta(None, "gap")
     if wrapped and wrap_watts is not None and delta > min(wrap_watts, max_watts) * dt:
         return Delta(None, "reset")
     if delta > max_watts * dt:

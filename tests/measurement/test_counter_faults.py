@@ -248,3 +248,28 @@ def test_a_power_zone_missing_from_a_relisting_longer_than_a_gap_is_a_gap(clock:
     assert meter.anomalies == {("ipmi_dcmi", "chassis", "gap"): 1}
     assert meter.discarded_seconds[("ipmi_dcmi", "chassis", "gap")] == pytest.approx(6.0)  # 9 s → 15 s
     assert meter.read().totals[("ipmi_dcmi", "chassis")] / 1e9 == pytest.approx(300.0 * (20 - 6))
+
+
+def test_a_zone_back_from_a_relisting_lower_than_it_went_is_a_reset_even_where_a_wrap_would_be_plausible(
+    roots: Roots, powercap: PowercapTree, clock: FakeClock
+) -> None:
+    """Gone 1,000 s and back at 50 J from 200 kJ: a wrap would mean 62 W, plausible, but a zone
+    re-enumerated starts again from 0; nothing is invented for the time it was gone."""
+    powercap.add(ENTRY, "package-0", energy_uj=100_000_000_000)
+    powercap.add("intel-rapl:1", "package-1")
+    sources = open_sources(("rapl_sysfs",), {}, roots, clock).sources
+    meter = EnergyMeter(sources, clock=clock, rescan_seconds=5.0, retry_max_seconds=1.0)
+    rig = Rig(powercap, clock, meter)
+    rig.read()
+    rig.run(100.0, 8.0)
+    before = rig.read()
+    powercap.remove(ENTRY)
+    for _ in range(1_000):
+        rig.clock.tick()
+        rig.read()
+    powercap.add(ENTRY, "package-0", energy_uj=50_000_000)
+    for _ in range(6):  # the re-listing at the next rescan lists it again
+        rig.clock.tick()
+        rig.read()
+    assert {kind for (_, zone, kind) in meter.anomalies if zone == "package-0"} == {"reset"}
+    assert rig.read() == pytest.approx(before, abs=1e-6)  # the 62 kJ a wrap would say: not counted

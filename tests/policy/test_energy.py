@@ -83,6 +83,16 @@ def test_counter_delta_wrap_bound(
     assert delta.joules == (None if joules is None else pytest.approx(joules))
 
 
+def test_readings_far_enough_apart_to_hold_more_than_one_wrap_are_a_gap() -> None:
+    # A RAPL range of 262,144 J at up to 150 W (the meter's wrap_watts) wraps in 1,748 s: over
+    # longer, how many times it wrapped is unknown, whatever the two readings say.
+    rapl = 262_144.0
+    assert counter_delta(200_000.0, 37_856.0, rapl, 1_000.0, 500.0, wrap_watts=150.0).joules == pytest.approx(100_000.0)
+    assert counter_delta(200_000.0, 237_856.0, rapl, 3_000.0, 500.0, wrap_watts=150.0).anomaly == "gap"
+    assert counter_delta(200_000.0, 37_856.0, rapl, 1_748.0, 500.0, wrap_watts=150.0).anomaly == "gap"
+    assert counter_delta(200_000.0, 237_856.0, None, 3_000.0, 500.0, wrap_watts=150.0).joules == 37_856.0  # no range: no wrap
+
+
 def test_wrap_delta_is_exact_to_the_microjoule() -> None:
     prev_uj, cur_uj, max_uj = 262_143_328_000, 1_234, 262_143_328_850
     delta = counter_delta(prev_uj / 1e6, cur_uj / 1e6, max_uj / 1e6, 1.0, CEILING)
