@@ -147,6 +147,7 @@ class Sampler:
         self._pid_pods: dict[int, str | None] = {}
         self._busy_total = 0.0
         self._busy_ahead = 0.0  # busy seconds counted from the pods' CPU time while /proc/stat failed
+        self._busy_fell_back = False  # a /proc/stat read failed since the last good difference
         self._node_total: dict[str, float] = {}
         self._domain_total = dict.fromkeys(NODE_DOMAINS, 0.0)
         # parts' energy (RAPL, GPUs) the server reading has not covered yet: split_node's owed
@@ -421,16 +422,19 @@ class Sampler:
         busy_measured = self.procstat is None
         if times is not None and self._prev_busy is not None:
             busy = max(times.busy_seconds - self._prev_busy, 0.0)
-            if self._busy_ahead:  # the fallback already counted for failed reads is inside it: not twice
-                caught = min(busy, self._busy_ahead)
+            if self._busy_fell_back:  # this difference spans the failed reads' intervals too
+                caught = min(busy, self._busy_ahead)  # the fallback counted for them: not twice
                 busy -= caught
                 self._busy_ahead -= caught
+                self._busy_fell_back = self._busy_ahead > 0  # (a remainder: taken off the next ones)
+                # not learnt from: part of this difference is those intervals' time
             else:
                 busy_measured = True
         elif prev is not None:  # no /proc/stat difference for this interval: the pods' CPU time, the least it was
             busy = sum(pod_cpu.values())
             if times is None and self._prev_busy is not None:
                 self._busy_ahead += busy  # the next good read's difference covers this interval again
+                self._busy_fell_back = True  # (even when the pods used nothing: the difference spans it)
         if times is not None:
             self._prev_busy = times.busy_seconds
         if prev is not None:

@@ -459,8 +459,13 @@ def test_a_window_over_a_source_that_opened_within_it_counts_the_sources_read_at
     assert result["basis"] == "rapl_sysfs" and result["joules"]["node"] == pytest.approx(1000.0)
 
 
+@pytest.mark.parametrize(
+    ("pod_cores", "busy_each"),
+    [(2.0, [3.0, 2.0, 4.0, 3.0]), (0.0, [1.0, 0.0, 2.0, 1.0])],
+    ids=["a busy pod", "an idle pod: the fallback is 0"],
+)
 def test_a_failed_proc_stat_read_counts_no_busy_time_twice(
-    node: Node, roots: Roots, clock: FakeClock, proc: ProcTree
+    node: Node, roots: Roots, clock: FakeClock, proc: ProcTree, pod_cores: float, busy_each: list[float]
 ) -> None:
     """The failed read's interval takes the pods' CPU time (the least the node was busy); the
     next good read's difference covers both intervals, so it counts only what that left out."""
@@ -469,14 +474,14 @@ def test_a_failed_proc_stat_read_counts_no_busy_time_twice(
     s.sample()
     busy = []
     for step in range(4):
-        node.step(pods={POD_A: 2.0}, system=1.0)  # 3 of 8 cores busy: the pod's 2 and 1 of the system
+        node.step(pods={POD_A: pod_cores}, system=1.0)  # the pod's cores and 1 of the system, of 8
         if step == 1:
             (proc.root / "stat").write_text("garbled\n")
         snap = s.sample()
         assert snap.interval is not None
         busy.append(snap.interval.busy_cpu_seconds)
-    assert busy == pytest.approx([3.0, 2.0, 4.0, 3.0])
-    assert snap.busy_cpu_seconds_total == pytest.approx(12.0)  # 4 s × 3 busy cores
+    assert busy == pytest.approx(busy_each)
+    assert snap.busy_cpu_seconds_total == pytest.approx(sum(busy_each))  # 4 s × the busy cores
     assert s.cpu_model.samples == 2  # neither the fallback nor its catch-up taught the power model
 
 
