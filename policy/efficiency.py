@@ -39,6 +39,7 @@ priority expander wants), so equal figures share a priority and the result is de
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
@@ -134,17 +135,23 @@ def group_efficiency(members: Sequence[Efficiency]) -> Efficiency:
     if not members:
         raise ValueError("a node group needs at least one profiled node")
     gpu = any(m.gpu for m in members)
-    return Efficiency(gpu, float(median(m.cost for m in members if m.gpu == gpu)))
+    known = [m.cost for m in members if m.gpu == gpu and math.isfinite(m.cost)]
+    return Efficiency(gpu, float(median(known)) if known else math.nan)  # NaN: no member's cost known
 
 
 def tiers(figures: Mapping[str, Efficiency], tolerance: float = TOLERANCE) -> list[list[str]]:
-    """Names grouped into tiers of equal efficiency, best tier first, names sorted within."""
-    ordered = sorted(figures, key=lambda name: (figures[name], name))
+    """Names grouped into tiers of equal efficiency, best tier first, names sorted within; those
+    whose cost is unknown (NaN: a site without carbon data) in one tier after every other."""
+    ordered = sorted(figures, key=lambda name: (not math.isfinite(figures[name].cost), figures[name], name))
     out: list[list[str]] = []
     head: Efficiency | None = None
     for name in ordered:
         e = figures[name]
-        if head is not None and e.gpu == head.gpu and e.cost <= head.cost * (1 + tolerance):
+        unknown = not math.isfinite(e.cost)
+        if head is not None and unknown and not math.isfinite(head.cost):
+            out[-1].append(name)
+            continue
+        if head is not None and not unknown and e.gpu == head.gpu and e.cost <= head.cost * (1 + tolerance):
             out[-1].append(name)
             continue
         out.append([name])

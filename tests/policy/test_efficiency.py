@@ -122,3 +122,17 @@ def test_group_figure_is_the_median_of_its_nodes() -> None:
     assert group_efficiency(group) == Efficiency(False, 5.2)
     mixed = [Efficiency(False, 5.0), Efficiency(True, 700.0)]
     assert group_efficiency(mixed) == Efficiency(True, 700.0)
+
+
+def test_a_group_whose_carbon_is_unknown_ranks_last_never_first() -> None:
+    # A site without carbon data gives NaN under carbon: no data, no advantage (sorting NaN
+    # put such a group first, at the highest priority).
+    nan = float("nan")
+    figures = {"a": Efficiency(False, nan), "b": Efficiency(False, 800.0), "c": Efficiency(False, 50.0), "d": Efficiency(True, nan)}
+    assert tiers(figures) == [["c"], ["b"], ["a", "d"]]
+    assert priorities(figures) == {30: ["c"], 20: ["b"], 10: ["a", "d"]}
+    assert priorities(dict(reversed(list(figures.items())))) == priorities(figures)
+    # a group's figure is its known members' median; unknown only when none is known
+    assert group_efficiency([Efficiency(False, nan), Efficiency(False, 5.0), Efficiency(False, 7.0)]) == Efficiency(False, 6.0)
+    unknown = group_efficiency([Efficiency(False, nan)])
+    assert not unknown.gpu and unknown.cost != unknown.cost
