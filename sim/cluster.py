@@ -259,8 +259,10 @@ def _parse_site(
             except ClusterError as err:
                 for problem in err.problems:
                     check.problem(f"{path}.carbon_series.file", f"{resolved}: {problem}")
+    elif "carbon_intensity" not in body:  # every policy's carbon is reported: 0 g/kWh would be invented
+        check.problem(path, "give carbon_intensity (gCO2e/kWh) or carbon_series")
     else:
-        ci = check.number(body, "carbon_intensity", path, default=0.0, minimum=0.0)
+        ci = check.number(body, "carbon_intensity", path, minimum=0.0)
         if ci is not None:
             carbon = SiteCarbon.constant(ci)
     if None in (pue, wue, share) or carbon is None:

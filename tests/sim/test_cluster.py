@@ -149,6 +149,14 @@ def test_a_site_series_file_problem_names_the_site(tmp_path: Path) -> None:
         parse_cluster(doc, "c.yaml")
 
 
+def test_a_site_without_carbon_data_is_a_problem_not_zero_grams() -> None:
+    # The simulator reports every policy's carbon: 0 g/kWh for a site nobody gave would make it
+    # the cleanest, and the carbon policy's figures invented.
+    with pytest.raises(ClusterError) as caught:
+        parse_cluster(spec(sites={"a": {"pue": 1.2}}), "c.yaml")
+    assert "sites.a: give carbon_intensity (gCO2e/kWh) or carbon_series" in caught.value.problems
+
+
 def test_the_shipped_series_start_at_the_cluster_start() -> None:
     cluster = load_cluster(DATA / "clusters" / "example.yaml")
     bpat = cluster.sites["bpat-hydro"].carbon
