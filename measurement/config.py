@@ -39,7 +39,7 @@ class NodeConfig:
     )
     site: str = setting("", "site name, written into `/v1/profile` and `joulesched_node_info`", empty_ok=True)
     server_id: str = setting(
-        "", "physical server id (NADIKI), written into `/v1/profile` and `joulesched_node_info`", empty_ok=True
+        "", "physical server id (NADIKI), written into `/v1/profile` and `joulesched_node_info` (there, and on the server gauges, the node name when empty)", empty_ok=True
     )
     speed: float = setting(1.0, "relative throughput per core, written into the profile", exclusive_minimum=0)
     power_cap_watts: float | None = setting(None, "written into the profile", kind="number", exclusive_minimum=0)
