@@ -27,7 +27,6 @@ import argparse
 import http.client
 import http.server
 import json
-import math
 import multiprocessing as mp
 import os
 import platform
@@ -39,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from typing import Any
 import orjson
 import yaml
 
+from joulesched.contracts.cliargs import number
 from joulesched.extender.demo import free_port, wait_ready
 
 CURVES: list[list[float]] = [
@@ -56,6 +56,7 @@ CURVES: list[list[float]] = [
     [45.6, 70.3, 79.8, 88.8, 97.4, 106, 117, 129, 144, 163, 183],
 ]
 SCENARIOS = [("names", 100), ("names", 1000), ("names", 5000), ("nodes", 100), ("nodes", 1000)]
+COUNT = number(whole=True, at_least=1)
 
 
 def node_name(i: int) -> str:
@@ -337,39 +338,16 @@ def _figures(latencies: dict[str, list[float]], wall: float | None) -> dict[str,
     return figures
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    def whole(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be {low} or more, got {value}")
-        return value
-
-    return whole
-
-
 def _workers(text: str) -> int:
     """``--workers`` within the bounds of the extender's ``server.workers``."""
     from joulesched.extender.config import ServerConfig
     from joulesched.policy.validate import limit_problems
 
-    value = _at_least(1)(text)
+    value = int(COUNT(text))
     for problem in limit_problems(replace(ServerConfig(), workers=value), "server"):
         where, _, what = problem.partition(": ")
         if where == "server.workers":
             raise argparse.ArgumentTypeError(f"{what} (the bounds of the extender's server.workers)")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
     return value
 
 
@@ -396,11 +374,11 @@ def _scenarios(text: str) -> list[tuple[str, int]]:
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="joulesched bench", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--requests", type=_at_least(1), default=400, help="measured requests per scenario and connection (1 or more)"
+        "--requests", type=COUNT, default=400, help="measured requests per scenario and connection (1 or more)"
     )
     p.add_argument("--workers", type=_workers, default=2, help="gunicorn workers of the extender (1..64)")
     p.add_argument(
-        "--connections", type=_at_least(1), default=1, help="parallel kept-alive clients (1: as kube-scheduler)"
+        "--connections", type=COUNT, default=1, help="parallel kept-alive clients (1: as kube-scheduler)"
     )
     p.add_argument(
         "--scenarios",
@@ -410,18 +388,16 @@ def main(argv: Sequence[str]) -> int:
     )
     p.add_argument("--out", help="also write the figures as JSON here")
     p.add_argument(
-        "--warmup-seconds", type=_seconds, default=WARMUP_SECONDS, help="unmeasured seconds before each measurement"
+        "--warmup-seconds", type=number(at_least=0, unit="seconds"), default=WARMUP_SECONDS, help="unmeasured seconds before each measurement"
     )
     p.add_argument(
-        "--block-pods", type=int, help=f"with one client, pods sent to one server before the other's turn (default {BLOCK_PODS})"
+        "--block-pods", type=COUNT, help=f"with one client, pods sent to one server before the other's turn (default {BLOCK_PODS})"
     )
     a = p.parse_args(list(argv))
     if a.block_pods is not None and a.connections != 1:
         p.error("--block-pods is for one client (--connections 1): several are measured one server after the other")
     if a.block_pods is None:
         a.block_pods = BLOCK_PODS
-    if a.block_pods < 1:
-        p.error(f"--block-pods must be 1 or more, got {a.block_pods}")
     if a.out:
         wrong = _unwritable(Path(a.out))
         if wrong:

@@ -52,6 +52,7 @@ import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from joulesched.contracts import names as m
+from joulesched.contracts.cliargs import number
 from joulesched.extender.errors import DeferrerError, ExtenderError
 from joulesched.extender.kube import ListWatch, watch_events
 from joulesched.policy.deferral import (
@@ -81,6 +82,7 @@ RELEASE_REASONS = ("clean", "deadline", "expired", "no_forecast", "invalid")
 # Marginal watts of one busy core: the shipped EPYC 7763 curve (deploy/extender profiles,
 # 56.8 W idle, 268 W at 64 busy cores) gives (268 - 56.8) / 64 = 3.3 W.
 DEFAULT_WATTS_PER_CORE = 3.3
+SECONDS = number(above=0, unit="seconds")  # the deferrer's periods
 
 
 # -- reading pods ---------------------------------------------------------------------------------
@@ -765,19 +767,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     p.add_argument("--namespace", default="", help="watch one namespace only (default: all)")
     p.add_argument("--site-label", default=m.SITE_LABEL, help="node label naming a node's site (default: %(default)s)")
-    p.add_argument("--interval", type=float, default=30.0, help="seconds between decisions (default: %(default)s)")
+    p.add_argument("--interval", type=SECONDS, default=30.0, help="seconds between decisions (default: %(default)s)")
     p.add_argument(
-        "--step", type=float, default=DEFAULT_STEP, help="grid of candidate starts, seconds (default: %(default)s)"
+        "--step", type=SECONDS, default=DEFAULT_STEP, help="grid of candidate starts, seconds (default: %(default)s)"
     )
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=number(at_least=0, below=1),
         default=DEFAULT_TOLERANCE,
         help="release when now is within this fraction of the cleanest start (default: %(default)s)",
     )
     p.add_argument(
         "--watts-per-core",
-        type=float,
+        type=number(at_least=0),
         default=DEFAULT_WATTS_PER_CORE,
         help="marginal watts per requested core, for the grams-avoided estimate (default: %(default)s)",
     )
@@ -793,9 +795,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=os.environ.get("POD_NAMESPACE", "joulesched"),
         help="the Lease's namespace (default: $POD_NAMESPACE, else joulesched)",
     )
-    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds (default: %(default)s)")
-    p.add_argument("--renew-deadline", type=float, default=10.0, help="seconds (default: %(default)s)")
-    p.add_argument("--retry-period", type=float, default=2.0, help="seconds (default: %(default)s)")
+    p.add_argument("--lease-duration", type=SECONDS, default=15.0, help="seconds (default: %(default)s)")
+    p.add_argument("--renew-deadline", type=SECONDS, default=10.0, help="seconds (default: %(default)s)")
+    p.add_argument("--retry-period", type=SECONDS, default=2.0, help="seconds (default: %(default)s)")
     p.add_argument(
         "--identity", default="", help="this replica's Lease holder name (default: $POD_NAME, else host_pid)"
     )
@@ -809,24 +811,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--tls-key", default="", help="the webhook's private key (PEM)")
     p.add_argument(
         "--clock-offset",
-        type=float,
+        type=number(),
         default=0.0,
         metavar="SECONDS",
         help="decide as if the time were now + SECONDS (rehearsals and tests; Leases keep real time)",
     )
     args = p.parse_args(list(argv))
-    for flag in ("interval", "step", "lease_duration", "renew_deadline", "retry_period"):
-        value = getattr(args, flag)
-        if not (value > 0 and math.isfinite(value)):
-            p.error(f"--{flag.replace('_', '-')} must be a positive number of seconds, got {value:g}")
-    if not 0 <= args.tolerance < 1:
-        p.error(f"--tolerance must be in [0, 1), got {args.tolerance:g}")
-    if not (args.watts_per_core >= 0 and math.isfinite(args.watts_per_core)):
-        p.error(f"--watts-per-core must be >= 0, got {args.watts_per_core:g}")
     if not (args.renew_deadline < args.lease_duration and args.retry_period < args.renew_deadline):
         p.error("need --retry-period < --renew-deadline < --lease-duration")
-    if not math.isfinite(args.clock_offset):
-        p.error("--clock-offset must be finite")
     if args.webhook_listen and not (args.tls_cert and args.tls_key):
         p.error("--webhook-listen needs --tls-cert and --tls-key (the apiserver calls webhooks over TLS only)")
     return args

@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from joulesched.contracts.cliargs import number
 from joulesched.extender.errors import ExpanderError
 from joulesched.policy.efficiency import STRATEGIES, Efficiency, group_efficiency, priorities, profile_efficiency
 from joulesched.policy.errors import ConfigError
@@ -253,12 +254,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--apply", action="store_true", help="create or update the ConfigMap in the cluster")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""),
                    help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)")
-    p.add_argument("--watch", type=float, metavar="SECONDS",
+    p.add_argument("--watch", type=number(above=0, unit="seconds"), metavar="SECONDS",
                    help="keep it current: re-rank every SECONDS, write only when the priorities change")
-    p.add_argument("--timeout", type=float, default=10.0, help="Prometheus query timeout in seconds")
+    p.add_argument("--timeout", type=number(above=0, unit="seconds"), default=10.0, help="Prometheus query timeout in seconds")
     args = p.parse_args(list(argv))
-    if args.watch is not None and args.watch <= 0:
-        p.error(f"--watch must be > 0 seconds, got {args.watch:g}")
     if args.output is None and not args.apply:
         args.output = "-"
     return args

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+from joulesched.contracts.cliargs import INTENSITY, number
 from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
 from joulesched.impact.errors import ReportError
 from joulesched.impact.output import render_chart, render_csv, render_table
@@ -137,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--by", choices=BY_CHOICES, help="rows per (default: process for --run, else namespace)")
     p.add_argument("--per", choices=impact.FUNCTIONAL_UNITS, default="hour", help="SCI functional unit (default hour)")
-    p.add_argument("--requests", type=float, metavar="N", help="number of requests in the range (for --per request)")
+    p.add_argument("--requests", type=number(above=0), metavar="N", help="number of requests in the range (for --per request)")
     p.add_argument(
         "--requests-query", metavar="PROMQL", help="PromQL giving the requests in the range; {range} is replaced by it"
     )
@@ -145,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", metavar="FILE", help="write the table/CSV/JSON here instead of stdout")
     p.add_argument("--chart", metavar="FILE.png", help="also draw IT power and cumulative CO2e over time")
     p.add_argument(
-        "--timeout", type=float, default=30.0, metavar="SECONDS", help="per Prometheus query, > 0 (default 30)"
+        "--timeout", type=number(above=0, unit="seconds"), default=30.0, metavar="SECONDS", help="per Prometheus query, > 0 (default 30)"
     )
     t = p.add_argument_group("tenant mode (VMs: energy from the NADIKI side, CPU from cAdvisor)")
     t.add_argument("--tenant", action="store_true", help="read the servers' energy from the NADIKI side")
@@ -162,10 +163,10 @@ def _parser() -> argparse.ArgumentParser:
         "or the provider's figure",
     )
     t.add_argument("--vm-share", action="append", metavar="NODE=FRACTION", help="the provider's figure")
-    t.add_argument("--threads-per-core", type=int, metavar="N", help="logical CPUs per physical core, >= 1 (2)")
-    t.add_argument("--intensity", type=float, metavar="G", help="grid carbon intensity, gCO2e/kWh, >= 0")
-    t.add_argument("--pue", type=float, metavar="X", help="the facility's PUE, >= 1 (default 1.0)")
-    t.add_argument("--wue", type=float, metavar="L", help="water, litres per kWh, >= 0")
+    t.add_argument("--threads-per-core", type=number(whole=True, at_least=1), metavar="N", help="logical CPUs per physical core, >= 1 (2)")
+    t.add_argument("--intensity", type=INTENSITY, metavar="G", help="grid carbon intensity, gCO2e/kWh, >= 0")
+    t.add_argument("--pue", type=number(at_least=1), metavar="X", help="the facility's PUE, >= 1 (default 1.0)")
+    t.add_argument("--wue", type=number(at_least=0, unit="litres per kWh"), metavar="L", help="water, litres per kWh, >= 0")
     return p
 
 
@@ -191,21 +192,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The arguments, with every flag checked that can be checked without Prometheus (exit 2)."""
     p = _parser()
     args = p.parse_args(list(argv))
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        p.error(f"argument --timeout: must be a finite number of seconds > 0, got {args.timeout:g}")
     if not args.tenant:
         for attr, flag in TENANT_ONLY:
             if getattr(args, attr) is not None:
                 p.error(f"argument {flag}: only with --tenant (Prometheus mode reads the site factors from Prometheus)")
-        return args
-    if args.intensity is not None and not (math.isfinite(args.intensity) and args.intensity >= 0):
-        p.error(f"argument --intensity: must be a finite number >= 0 gCO2e/kWh, got {args.intensity:g}")
-    if args.pue is not None and not (math.isfinite(args.pue) and args.pue >= 1):
-        p.error(f"argument --pue: must be a finite number >= 1, got {args.pue:g}")
-    if args.wue is not None and not (math.isfinite(args.wue) and args.wue >= 0):
-        p.error(f"argument --wue: must be a finite number >= 0 litres per kWh, got {args.wue:g}")
-    if args.threads_per_core is not None and args.threads_per_core < 1:
-        p.error(f"argument --threads-per-core: must be 1 or more, got {args.threads_per_core}")
     return args
 
 

@@ -22,7 +22,6 @@ import argparse
 import gc
 import json
 import logging
-import math
 import os
 import resource
 import shlex
@@ -34,6 +33,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+from joulesched.contracts.cliargs import INTENSITY, number
 from joulesched.contracts.runtime import LOG_FORMATS, setup_logging
 from joulesched.measurement.config import MAX_INTERVAL, MIN_INTERVAL, AgentConfig, load_config
 from joulesched.measurement.errors import MeasurementError
@@ -81,14 +81,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from err
-    if not MIN_INTERVAL <= value <= MAX_INTERVAL:
-        raise argparse.ArgumentTypeError(f"must be between {MIN_INTERVAL:g} and {MAX_INTERVAL:g} seconds, got {text}")
-    return value
+INTERVAL = number(at_least=MIN_INTERVAL, at_most=MAX_INTERVAL, unit="seconds")
 
 
 def _setup_logging(level: str, log_format: str = "text") -> None:
@@ -110,7 +103,7 @@ def agent_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="joulesched agent", description="Run the node measurement agent.")
     _roots_flags(parser)
     parser.add_argument("--listen", metavar="HOST:PORT", help="HTTP address (default 127.0.0.1:9102)")
-    parser.add_argument("--interval", type=_interval, metavar="SECONDS", help="sampling interval, 0.1..60 (default 1)")
+    parser.add_argument("--interval", type=INTERVAL, metavar="SECONDS", help="sampling interval, 0.1..60 (default 1)")
     parser.add_argument("--record", metavar="FILE", help="append every sample to FILE (JSON lines; .gz to compress)")
     parser.add_argument("--node-name", metavar="NAME", help="Kubernetes node name (default: the host name)")
     parser.add_argument(
@@ -240,16 +233,6 @@ def format_report(command: Sequence[str], code: int, result: dict[str, Any], out
     return "\n".join(lines)
 
 
-def _intensity_value(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"must be gCO2e per kWh, got {text!r}") from err
-    if not math.isfinite(value) or not 0 <= value <= 5000:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 5000 gCO2e/kWh, got {text}")
-    return value
-
-
 def _chosen_site(parser: argparse.ArgumentParser, args: argparse.Namespace) -> SiteModel | None:
     """The site of ``--site FILE`` [``--site-name NAME``], read and checked before the command
     runs (a bad file or name is exit 2 then, not a lost figure after hours); None without one."""
@@ -326,10 +309,6 @@ def _provider_access(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     missing = [flag for flag, value in given.items() if not value]
     if missing:
         parser.error(f"--server-id needs {', '.join(missing)} (your provider gives them)")
-    if args.vm_share is not None and not (math.isfinite(args.vm_share) and 0 < args.vm_share <= 1):
-        parser.error(f"--vm-share must be in (0, 1], got {args.vm_share}")
-    if args.threads_per_core < 1 or not (math.isfinite(args.provider_wait) and args.provider_wait >= 0):
-        parser.error("--threads-per-core must be ≥ 1 and --provider-wait ≥ 0")
     password = ""
     if args.nadiki_password_file:
         try:
@@ -369,7 +348,7 @@ def measure_main(argv: Sequence[str]) -> int:
     _roots_flags(parser)
     parser.add_argument(
         "--interval",
-        type=_interval,
+        type=INTERVAL,
         default=1.0,
         metavar="S",
         help="read counters every S seconds while CMD runs (default 1)",
@@ -377,7 +356,7 @@ def measure_main(argv: Sequence[str]) -> int:
     co2e = parser.add_mutually_exclusive_group()
     co2e.add_argument(
         "--intensity",
-        type=_intensity_value,
+        type=INTENSITY,
         metavar="G_PER_KWH",
         help="grid carbon intensity in gCO2e/kWh, for the CO2e of the energy",
     )
@@ -390,10 +369,10 @@ def measure_main(argv: Sequence[str]) -> int:
     vm.add_argument("--nadiki-database", metavar="DB", help="its database (or bucket)")
     vm.add_argument("--nadiki-user", default="", metavar="USER")
     vm.add_argument("--nadiki-password-file", metavar="FILE", help="file holding the InfluxDB password or token")
-    vm.add_argument("--vm-share", type=float, metavar="F", help="the provider's share of the server for this VM (0..1]")
-    vm.add_argument("--threads-per-core", type=int, default=2, metavar="N", help="the server's threads per core (2)")
+    vm.add_argument("--vm-share", type=number(above=0, at_most=1), metavar="F", help="the provider's share of the server for this VM (0..1]")
+    vm.add_argument("--threads-per-core", type=number(whole=True, at_least=1), default=2, metavar="N", help="the server's threads per core (2)")
     vm.add_argument(
-        "--provider-wait", type=float, default=90.0, metavar="S", help="wait up to S s for the last window (90)"
+        "--provider-wait", type=number(at_least=0, unit="seconds"), default=90.0, metavar="S", help="wait up to S s for the last window (90)"
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON (on stderr) instead of text")
     parser.add_argument("--output", metavar="FILE", help="also write the result as JSON to FILE")

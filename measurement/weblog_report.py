@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from joulesched.contracts.cliargs import INTENSITY
 from joulesched.measurement.errors import MeasurementError
 from joulesched.policy.impact import operational_grams
 from joulesched.policy.units import JOULES_PER_KWH
@@ -237,11 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     source.add_argument("--json", metavar="FILE", help="a saved answer of GET /v1/weblog/{runId}")
     p.add_argument("--run", metavar="RUN_ID", help="the run's runId (Nextflow's session id), with --agent")
     p.add_argument("--token-file", metavar="FILE", help="the agent's bearer token, with --agent")
-    p.add_argument("--intensity", type=float, metavar="G", help="grid carbon intensity, gCO2e/kWh, >= 0")
+    p.add_argument("--intensity", type=INTENSITY, metavar="G", help="grid carbon intensity, gCO2e/kWh, >= 0")
     p.add_argument("--output", "-o", required=True, metavar="FILE.html")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if args.intensity is not None and not (math.isfinite(args.intensity) and args.intensity >= 0):
-        p.error(f"argument --intensity: must be a finite number >= 0 gCO2e/kWh, got {args.intensity:g}")
     if args.agent and not args.run:
         p.error("argument --agent: needs --run RUN_ID")
     if args.json:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from joulesched.contracts.cliargs import number
 from joulesched.policy.config import PolicyConfig, parse_policy
 from joulesched.policy.errors import ConfigError, PolicyError
 from joulesched.policy.forecast import FORECASTS
@@ -51,6 +52,7 @@ DEFAULT_LAYERS = 5  # generate workflow --layers
 DEFAULT_CORES = "1,4"  # generate workflow --cores
 DEFAULT_BIND_TIMEOUT = 30.0  # run --scheduler kube --bind-timeout
 SHAPE_SETS = ("tasks", "makespan", "layers", "cores")  # what generate workflow --shape sets
+SEED = number(whole=True, at_least=0)  # numpy's generators take seeds of 0 or more
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -89,35 +91,6 @@ def deferral_policies(policies: str | None, deadline: str | None, forecast: str 
     if deadline is not None and not defers:
         raise SimError(f"--deadline: no policy in --policies defers; add NAME{DEFER} (e.g. carbon{DEFER})")
     return check_policies(out)
-
-
-def check_number(
-    value: float,
-    flag: str,
-    *,
-    above: float | None = None,
-    at_least: float | None = None,
-    at_most: float | None = None,
-) -> float:
-    """A finite number within the bounds given, or a ``SimError`` naming the flag (NaN and inf are refused)."""
-    ok = (
-        math.isfinite(value)
-        and (above is None or value > above)
-        and (at_least is None or value >= at_least)
-        and (at_most is None or value <= at_most)
-    )
-    if not ok:
-        wants = [f"> {above:g}" if above is not None else "", f">= {at_least:g}" if at_least is not None else ""]
-        wants.append(f"<= {at_most:g}" if at_most is not None else "")
-        raise SimError(f"{flag}: must be a finite number {' and '.join(w for w in wants if w)}, got {value:g}")
-    return value
-
-
-def check_seed(seed: int) -> int:
-    """numpy's generators take seeds of 0 or more."""
-    if seed < 0:
-        raise SimError(f"--seed: must be 0 or more, got {seed}")
-    return seed
 
 
 def check_output_folder(path: str, flag: str = "--out") -> Path:
@@ -195,17 +168,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help=f"comma-separated, from {', '.join(POLICIES + VARIANTS)} (default: the first four); "
         "with --scheduler kube: the profile",
     )
-    run.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
+    run.add_argument("--seed", type=SEED, default=0, help="0 or more (default 0)")
     run.add_argument(
         "--percentage-of-nodes-to-score",
-        type=int,
+        type=number(whole=True, at_least=0, at_most=100),
         default=None,
         metavar="P",
         help="0 (default): kube-scheduler's adaptive value; 1..100",
     )
     run.add_argument(
         "--extender-weight",
-        type=int,
+        type=number(whole=True, at_least=1),
         default=None,
         help=f"kube-scheduler extender weight, 1 or more (default {DEFAULT_EXTENDER_WEIGHT}; deploy/ uses 5)",
     )
@@ -226,9 +199,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         metavar="FILE",
         help="the profile file that extender's file source reads (FILE or energy=FILE)",
     )
-    run.add_argument("--repeat", type=int, default=1, metavar="N", help="submit each trace N times")
+    run.add_argument("--repeat", type=number(whole=True, at_least=1), default=1, metavar="N", help="submit each trace N times")
     run.add_argument(
-        "--every", type=float, default=600.0, metavar="S", help="seconds between repeats, 0 or more (default 600)"
+        "--every", type=number(at_least=0, unit="seconds"), default=600.0, metavar="S", help="seconds between repeats, 0 or more (default 600)"
     )
     run.add_argument(
         "--recording",
@@ -275,14 +248,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     kube.add_argument(
         "--time-scale",
-        type=float,
+        type=number(at_least=0),
         default=None,
         metavar="S",
         help="simulated seconds per wall second (default 0: as fast as the scheduler binds)",
     )
     kube.add_argument(
         "--bind-timeout",
-        type=float,
+        type=number(above=0, unit="seconds"),
         default=None,
         metavar="S",
         help="seconds to wait for one pod to be bound (default 30)",
@@ -290,7 +263,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
     demo = sub.add_parser("demo", help="the shipped example end to end (under a minute)")
     demo.add_argument("--out", default="sim-demo", metavar="DIR")
-    demo.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
+    demo.add_argument("--seed", type=SEED, default=0, help="0 or more (default 0)")
     demo.add_argument("--extender-url", action="append", metavar="URL", help="as for run (auto: start extenders)")
     demo.add_argument(
         "--extender-profiles", action="append", metavar="FILE", help="as for run: needed with a URL other than auto"
@@ -303,21 +276,21 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--shape",
         help="rnaseq-shape, quantms-shape or rangeland-shape (sets the tasks, makespan, layers and cores)",
     )
-    wf.add_argument("--tasks", type=int, help="1 or more (without --shape)")
-    wf.add_argument("--makespan", type=float, help="seconds, > 0 (about the critical path; without --shape)")
-    wf.add_argument("--layers", type=int, default=None, help=f"1 or more (default {DEFAULT_LAYERS}; without --shape)")
+    wf.add_argument("--tasks", type=number(whole=True, at_least=1), help="1 or more (without --shape)")
+    wf.add_argument("--makespan", type=number(above=0, unit="seconds"), help="seconds, > 0 (about the critical path; without --shape)")
+    wf.add_argument("--layers", type=number(whole=True, at_least=1), default=None, help=f"1 or more (default {DEFAULT_LAYERS}; without --shape)")
     wf.add_argument(
         "--cores", default=None, help=f"request range MIN,MAX (whole cores; default {DEFAULT_CORES}; without --shape)"
     )
-    wf.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
+    wf.add_argument("--seed", type=SEED, default=0, help="0 or more (default 0)")
     wf.add_argument("--name")
     wf.add_argument("--out", required=True)
     pods = gsub.add_parser("pods", help="independent pods with Poisson arrivals (pod CSV)")
-    pods.add_argument("--count", type=int, required=True, help="1 or more")
-    pods.add_argument("--cluster-cores", type=float, required=True, help="> 0")
-    pods.add_argument("--utilisation", type=float, default=0.6, help="> 0 and <= 1 (default 0.6)")
-    pods.add_argument("--mean-duration", type=float, default=300.0, help="seconds, > 0 (default 300)")
-    pods.add_argument("--seed", type=int, default=0, help="0 or more (default 0)")
+    pods.add_argument("--count", type=number(whole=True, at_least=1), required=True, help="1 or more")
+    pods.add_argument("--cluster-cores", type=number(above=0), required=True, help="> 0")
+    pods.add_argument("--utilisation", type=number(above=0, at_most=1), default=0.6, help="> 0 and <= 1 (default 0.6)")
+    pods.add_argument("--mean-duration", type=number(above=0, unit="seconds"), default=300.0, help="seconds, > 0 (default 300)")
+    pods.add_argument("--seed", type=SEED, default=0, help="0 or more (default 0)")
     pods.add_argument("--out", required=True)
 
     prof = sub.add_parser("profiles", help="write a cluster as the profile document an extender reads")
@@ -357,7 +330,6 @@ def main(argv: Sequence[str]) -> int:
         if args.command == "demo":
             from joulesched.sim.demo import run_demo
 
-            check_seed(args.seed)
             check_output_folder(args.out)
             return run_demo(
                 Path(args.out),
@@ -389,13 +361,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     policies = deferral_policies(args.policies, args.deadline, args.forecast)
     deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else None
     percentage = 0 if args.percentage_of_nodes_to_score is None else args.percentage_of_nodes_to_score
-    if not 0 <= percentage <= 100:
-        raise SimError(f"--percentage-of-nodes-to-score: must be 0..100, got {percentage}")
     weight = DEFAULT_EXTENDER_WEIGHT if args.extender_weight is None else args.extender_weight
-    if weight < 1:
-        raise SimError(f"--extender-weight: must be >= 1, got {weight}")
-    check_seed(args.seed)
-    check_repeat(args)
     check_output_folder(args.out)
     cluster = load_cluster(args.cluster)
     traces = read_traces(args.trace)
@@ -442,12 +408,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
-
-
-def check_repeat(args: argparse.Namespace) -> None:
-    if args.repeat < 1:
-        raise SimError(f"--repeat: must be >= 1, got {args.repeat}")
-    check_number(args.every, "--every", at_least=0)
 
 
 # Flags of --scheduler kube alone (None unless given).
@@ -503,15 +463,8 @@ def cmd_run_kube(args: argparse.Namespace) -> int:
         value = getattr(args, attr)
         if value is not None and value is not False:
             raise SimError(f"{flag}: not used with --scheduler kube")
-    check_seed(args.seed)
-    check_repeat(args)
     time_scale = 0.0 if args.time_scale is None else args.time_scale
-    if time_scale < 0:
-        raise SimError(f"--time-scale: must be >= 0, got {time_scale}")
-    check_number(time_scale, "--time-scale", at_least=0)
-    bind_timeout = check_number(
-        DEFAULT_BIND_TIMEOUT if args.bind_timeout is None else args.bind_timeout, "--bind-timeout", above=0
-    )
+    bind_timeout = DEFAULT_BIND_TIMEOUT if args.bind_timeout is None else args.bind_timeout
     check_output_folder(args.out)
     opts = KubeOptions(
         kubeconfig=args.kubeconfig,
@@ -577,7 +530,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         write_wfformat,
     )
 
-    check_seed(args.seed)
     if args.kind == "workflow":
         if args.shape is not None:
             if args.shape not in PUBLISHED_SHAPES:
@@ -590,12 +542,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         else:
             if args.tasks is None or args.makespan is None:
                 raise SimError("generate workflow: give --shape, or --tasks and --makespan")
-            if args.tasks < 1:
-                raise SimError(f"--tasks: must be 1 or more, got {args.tasks}")
-            check_number(args.makespan, "--makespan", above=0)
             layers = DEFAULT_LAYERS if args.layers is None else args.layers
-            if layers < 1:
-                raise SimError(f"--layers: must be 1 or more, got {layers}")
             text = DEFAULT_CORES if args.cores is None else args.cores
             lo, _, hi = text.partition(",")
             try:
@@ -609,11 +556,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         trace = workflow_shape(name, shape, args.seed)
         write_output(args.out, lambda path: write_wfformat(trace, path))
     else:
-        if args.count < 1:
-            raise SimError(f"--count: must be 1 or more, got {args.count}")
-        check_number(args.cluster_cores, "--cluster-cores", above=0)
-        check_number(args.utilisation, "--utilisation", above=0, at_most=1)
-        check_number(args.mean_duration, "--mean-duration", above=0)
         trace = independent_pods(
             args.count,
             cluster_cores=args.cluster_cores,

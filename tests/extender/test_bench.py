@@ -71,7 +71,7 @@ def test_one_client_drives_the_servers_in_turn_so_both_see_the_same_moments() ->
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["--block-pods", "0"], "--block-pods must be 1 or more, got 0"),
+        (["--block-pods", "0"], "argument --block-pods: must be a whole number >= 1, got '0'"),
         (["--block-pods", "2", "--connections", "2"], "--block-pods is for one client (--connections 1)"),
     ],
 )
@@ -88,13 +88,13 @@ def test_blocks_the_bench_cannot_drive_are_refused_by_name(capsys, argv, said) -
         (["--scenarios", "bogus:10"], "argument --scenarios: 'bogus:10': must be MODE:COUNT with MODE names or nodes"),
         (["--scenarios", "names"], "argument --scenarios: 'names': must be MODE:COUNT with MODE names or nodes"),
         (["--scenarios", "nodes:0"], "argument --scenarios: 'nodes:0': the count must be 1 or more"),
-        (["--requests", "-1"], "argument --requests: must be 1 or more, got -1"),
-        (["--requests", "0"], "argument --requests: must be 1 or more, got 0"),
-        (["--connections", "0"], "argument --connections: must be 1 or more, got 0"),
-        (["--workers", "0"], "argument --workers: must be 1 or more, got 0"),
+        (["--requests", "-1"], "argument --requests: must be a whole number >= 1, got '-1'"),
+        (["--requests", "0"], "argument --requests: must be a whole number >= 1, got '0'"),
+        (["--connections", "0"], "argument --connections: must be a whole number >= 1, got '0'"),
+        (["--workers", "0"], "argument --workers: must be a whole number >= 1, got '0'"),
         (["--workers", "65"], "argument --workers: must be <= 64, got 65 (the bounds of the extender's server.workers)"),
-        (["--warmup-seconds", "nan"], "argument --warmup-seconds: must be a finite number of seconds >= 0, got 'nan'"),
-        (["--warmup-seconds", "-1"], "argument --warmup-seconds: must be a finite number of seconds >= 0, got '-1'"),
+        (["--warmup-seconds", "nan"], "argument --warmup-seconds: must be a finite number >= 0 seconds, got 'nan'"),
+        (["--warmup-seconds", "-1"], "argument --warmup-seconds: must be a finite number >= 0 seconds, got '-1'"),
     ],
 )
 def test_flags_the_bench_cannot_use_are_refused_before_it_starts(capsys, monkeypatch, argv, said) -> None:  # type: ignore[no-untyped-def]

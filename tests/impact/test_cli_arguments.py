@@ -32,7 +32,7 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused_at_once(
     last = refused([*NOWHERE, "--timeout", value], capsys)
     assert (
         last
-        == f"joulesched report: error: argument --timeout: must be a finite number of seconds > 0, got {float(value):g}"
+        == f"joulesched report: error: argument --timeout: must be a finite number > 0 seconds, got {value!r}"
     )
 
 
@@ -60,13 +60,13 @@ def test_tenant_flags_are_refused_in_prometheus_mode(flag: list[str], capsys: py
 @pytest.mark.parametrize(
     ("flag", "message"),
     [
-        (["--intensity", "nan"], "argument --intensity: must be a finite number >= 0 gCO2e/kWh, got nan"),
-        (["--intensity", "-1"], "argument --intensity: must be a finite number >= 0 gCO2e/kWh, got -1"),
-        (["--pue", "0.9"], "argument --pue: must be a finite number >= 1, got 0.9"),
-        (["--pue", "inf"], "argument --pue: must be a finite number >= 1, got inf"),
-        (["--wue", "nan"], "argument --wue: must be a finite number >= 0 litres per kWh, got nan"),
-        (["--wue", "-0.5"], "argument --wue: must be a finite number >= 0 litres per kWh, got -0.5"),
-        (["--threads-per-core", "0"], "argument --threads-per-core: must be 1 or more, got 0"),
+        (["--intensity", "nan"], "argument --intensity: must be a finite number >= 0 and <= 5000 gCO2e/kWh, got 'nan'"),
+        (["--intensity", "-1"], "argument --intensity: must be a finite number >= 0 and <= 5000 gCO2e/kWh, got '-1'"),
+        (["--pue", "0.9"], "argument --pue: must be a finite number >= 1, got '0.9'"),
+        (["--pue", "inf"], "argument --pue: must be a finite number >= 1, got 'inf'"),
+        (["--wue", "nan"], "argument --wue: must be a finite number >= 0 litres per kWh, got 'nan'"),
+        (["--wue", "-0.5"], "argument --wue: must be a finite number >= 0 litres per kWh, got '-0.5'"),
+        (["--threads-per-core", "0"], "argument --threads-per-core: must be a whole number >= 1, got '0'"),
     ],
 )
 def test_tenant_figures_are_checked_at_once(flag: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,3 +107,11 @@ def test_rules_into_a_folder_whose_subfolder_is_a_file(tmp_path: Path, capsys: p
 def test_rules_write_into_a_new_folder(tmp_path: Path) -> None:
     assert rules.main(["--output-dir", str(tmp_path / "new")]) == 0
     assert rules.main(["--check", "--output-dir", str(tmp_path / "new")]) == 0
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_a_number_of_requests_that_gives_no_sci_is_refused_before_any_query(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    last = refused([*NOWHERE, "--per", "request", "--requests", value], capsys)
+    assert last == f"joulesched report: error: argument --requests: must be a finite number > 0, got {value!r}"

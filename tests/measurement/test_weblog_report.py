@@ -49,11 +49,11 @@ def test_a_missing_saved_result_names_the_file(tmp_path: Path, capsys: pytest.Ca
     [
         (
             ["--json", "x.json", "--intensity", "nan"],
-            "argument --intensity: must be a finite number >= 0 gCO2e/kWh, got nan",
+            "argument --intensity: must be a finite number >= 0 and <= 5000 gCO2e/kWh, got 'nan'",
         ),
         (
             ["--json", "x.json", "--intensity", "-1"],
-            "argument --intensity: must be a finite number >= 0 gCO2e/kWh, got -1",
+            "argument --intensity: must be a finite number >= 0 and <= 5000 gCO2e/kWh, got '-1'",
         ),
         (["--json", "x.json", "--run", "r1"], "argument --run: only with --agent (--json reads a saved result)"),
         (

@@ -1,5 +1,6 @@
-"""``joulesched sim``: a wrong flag is one line naming it, exit 2, before any work (no traceback,
-no NaN written to a trace, no flag silently ignored)."""
+"""``joulesched sim``: a wrong flag is refused by name, exit 2, before any work (no traceback,
+no NaN written to a trace, no flag silently ignored): one line of its own, or, for a number out
+of its bounds, argparse's usage and its error line (``contracts.cliargs``)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,23 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("the command ran instead of refusing its flags"))
 
 
+def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What the command said refusing ``argv`` (exit 2): argparse's error, or its own one line."""
+    try:
+        code = joulesched(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    if ": error: argument " in lines[-1]:
+        assert lines[0].startswith("usage: joulesched sim"), err
+        return lines[-1].split(": error: ", 1)[1]
+    assert len(lines) == 1, err
+    return lines[0].removeprefix("joulesched sim: ")
+
+
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err
@@ -43,16 +61,16 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["workflow", "--tasks", "40", "--makespan", "nan"], "--makespan: must be a finite number > 0, got nan"),
-        (["workflow", "--tasks", "40", "--makespan", "inf"], "--makespan: must be a finite number > 0, got inf"),
-        (["workflow", "--tasks", "40", "--makespan", "-1"], "--makespan: must be a finite number > 0, got -1"),
-        (["workflow", "--tasks", "0", "--makespan", "60"], "--tasks: must be 1 or more, got 0"),
-        (["workflow", "--tasks", "4", "--makespan", "60", "--layers", "0"], "--layers: must be 1 or more, got 0"),
+        (["workflow", "--tasks", "40", "--makespan", "nan"], "argument --makespan: must be a finite number > 0 seconds, got 'nan'"),
+        (["workflow", "--tasks", "40", "--makespan", "inf"], "argument --makespan: must be a finite number > 0 seconds, got 'inf'"),
+        (["workflow", "--tasks", "40", "--makespan", "-1"], "argument --makespan: must be a finite number > 0 seconds, got '-1'"),
+        (["workflow", "--tasks", "0", "--makespan", "60"], "argument --tasks: must be a whole number >= 1, got '0'"),
+        (["workflow", "--tasks", "4", "--makespan", "60", "--layers", "0"], "argument --layers: must be a whole number >= 1, got '0'"),
         (
             ["workflow", "--tasks", "4", "--makespan", "60", "--cores", "4,2"],
             "--cores: must be MIN,MAX whole cores with 1 <= MIN <= MAX, got '4,2'",
         ),
-        (["workflow", "--tasks", "4", "--makespan", "60", "--seed", "-1"], "--seed: must be 0 or more, got -1"),
+        (["workflow", "--tasks", "4", "--makespan", "60", "--seed", "-1"], "argument --seed: must be a whole number >= 0, got '-1'"),
         (
             ["workflow", "--shape", "quantms-shape", "--tasks", "5"],
             "--tasks: not with --shape (the shape sets tasks, makespan, layers, cores)",
@@ -71,28 +89,27 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
         ),
         (
             ["pods", "--count", "10", "--cluster-cores", "64", "--mean-duration", "nan"],
-            "--mean-duration: must be a finite number > 0, got nan",
+            "argument --mean-duration: must be a finite number > 0 seconds, got 'nan'",
         ),
         (
             ["pods", "--count", "10", "--cluster-cores", "64", "--mean-duration", "-3"],
-            "--mean-duration: must be a finite number > 0, got -3",
+            "argument --mean-duration: must be a finite number > 0 seconds, got '-3'",
         ),
-        (["pods", "--count", "10", "--cluster-cores", "nan"], "--cluster-cores: must be a finite number > 0, got nan"),
-        (["pods", "--count", "10", "--cluster-cores", "inf"], "--cluster-cores: must be a finite number > 0, got inf"),
+        (["pods", "--count", "10", "--cluster-cores", "nan"], "argument --cluster-cores: must be a finite number > 0, got 'nan'"),
+        (["pods", "--count", "10", "--cluster-cores", "inf"], "argument --cluster-cores: must be a finite number > 0, got 'inf'"),
         (
             ["pods", "--count", "10", "--cluster-cores", "64", "--utilisation", "nan"],
-            "--utilisation: must be a finite number > 0 and <= 1, got nan",
+            "argument --utilisation: must be a finite number > 0 and <= 1, got 'nan'",
         ),
-        (["pods", "--count", "0", "--cluster-cores", "64"], "--count: must be 1 or more, got 0"),
-        (["pods", "--count", "10", "--cluster-cores", "64", "--seed", "-1"], "--seed: must be 0 or more, got -1"),
+        (["pods", "--count", "0", "--cluster-cores", "64"], "argument --count: must be a whole number >= 1, got '0'"),
+        (["pods", "--count", "10", "--cluster-cores", "64", "--seed", "-1"], "argument --seed: must be a whole number >= 0, got '-1'"),
     ],
 )
 def test_generate_refuses_a_wrong_number_by_its_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     out = tmp_path / "out"
-    assert joulesched(["sim", "generate", *argv, "--out", str(out)]) == 2
-    assert one_line_error(capsys) == f"joulesched sim: {message}"
+    assert refusal(["sim", "generate", *argv, "--out", str(out)], capsys) == message
     assert not out.exists()
 
 
@@ -143,10 +160,17 @@ def run(tmp_path: Path, *extra: str, out: Path | None = None) -> list[str]:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--seed", "-1"], "--seed: must be 0 or more, got -1"),
-        (["--repeat", "2", "--every", "nan"], "--every: must be a finite number >= 0, got nan"),
-        (["--repeat", "2", "--every", "inf"], "--every: must be a finite number >= 0, got inf"),
-        (["--repeat", "2", "--every", "-5"], "--every: must be a finite number >= 0, got -5"),
+        (["--seed", "-1"], "argument --seed: must be a whole number >= 0, got '-1'"),
+        (["--repeat", "2", "--every", "nan"], "argument --every: must be a finite number >= 0 seconds, got 'nan'"),
+        (["--repeat", "2", "--every", "inf"], "argument --every: must be a finite number >= 0 seconds, got 'inf'"),
+        (["--repeat", "2", "--every", "-5"], "argument --every: must be a finite number >= 0 seconds, got '-5'"),
+        (["--repeat", "0"], "argument --repeat: must be a whole number >= 1, got '0'"),
+        (["--repeat", "1.5"], "argument --repeat: must be a whole number >= 1, got '1.5'"),
+        (
+            ["--percentage-of-nodes-to-score", "101"],
+            "argument --percentage-of-nodes-to-score: must be a whole number >= 0 and <= 100, got '101'",
+        ),
+        (["--extender-weight", "0"], "argument --extender-weight: must be a whole number >= 1, got '0'"),
         (["--time-scale", "2"], "--time-scale: only with --scheduler kube"),
         (["--bind-timeout", "2"], "--bind-timeout: only with --scheduler kube"),
         (["--scheduler-name", "mine"], "--scheduler-name: only with --scheduler kube"),
@@ -156,8 +180,7 @@ def run(tmp_path: Path, *extra: str, out: Path | None = None) -> list[str]:
 def test_run_refuses_a_wrong_flag_before_simulating(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    assert joulesched(run(tmp_path, *extra)) == 2
-    assert one_line_error(capsys) == f"joulesched sim: {message}"
+    assert refusal(run(tmp_path, *extra), capsys) == message
     assert not (tmp_path / "report").exists()
 
 
@@ -173,8 +196,9 @@ def test_run_into_a_file_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_demo_refuses_a_negative_seed_and_a_file_for_its_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert joulesched(["sim", "demo", "--seed", "-1", "--out", str(tmp_path / "d")]) == 2
-    assert one_line_error(capsys) == "joulesched sim: --seed: must be 0 or more, got -1"
+    assert refusal(["sim", "demo", "--seed", "-1", "--out", str(tmp_path / "d")], capsys) == (
+        "argument --seed: must be a whole number >= 0, got '-1'"
+    )
     afile = tmp_path / "afile"
     afile.write_text("", encoding="utf-8")
     assert joulesched(["sim", "demo", "--out", str(afile)]) == 2
@@ -184,11 +208,12 @@ def test_demo_refuses_a_negative_seed_and_a_file_for_its_folder(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--seed", "-1"], "--seed: must be 0 or more, got -1"),
-        (["--repeat", "2", "--every", "nan"], "--every: must be a finite number >= 0, got nan"),
-        (["--time-scale", "nan"], "--time-scale: must be a finite number >= 0, got nan"),
-        (["--bind-timeout", "nan"], "--bind-timeout: must be a finite number > 0, got nan"),
-        (["--bind-timeout", "0"], "--bind-timeout: must be a finite number > 0, got 0"),
+        (["--seed", "-1"], "argument --seed: must be a whole number >= 0, got '-1'"),
+        (["--repeat", "2", "--every", "nan"], "argument --every: must be a finite number >= 0 seconds, got 'nan'"),
+        (["--time-scale", "nan"], "argument --time-scale: must be a finite number >= 0, got 'nan'"),
+        (["--time-scale", "-1"], "argument --time-scale: must be a finite number >= 0, got '-1'"),
+        (["--bind-timeout", "nan"], "argument --bind-timeout: must be a finite number > 0 seconds, got 'nan'"),
+        (["--bind-timeout", "0"], "argument --bind-timeout: must be a finite number > 0 seconds, got '0'"),
         (["--no-plots"], "--no-plots: not used with --scheduler kube"),
         (["--no-attribution"], "--no-attribution: not used with --scheduler kube"),
         (["--percentage-of-nodes-to-score", "0"], "--percentage-of-nodes-to-score: not used with --scheduler kube"),
@@ -211,8 +236,7 @@ def test_run_kube_refuses_a_wrong_flag_before_replaying(
         str(tmp_path / "o"),
         *extra,
     ]
-    assert joulesched(argv) == 2
-    assert one_line_error(capsys) == f"joulesched sim: {message}"
+    assert refusal(argv, capsys) == message
 
 
 def test_run_kube_into_a_file_is_refused_before_replaying(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

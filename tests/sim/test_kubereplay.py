@@ -256,7 +256,6 @@ current-context: c
         (["--policies", "default", "--scheduler-profile", "most-allocated"], "--policies default and --scheduler-profile most-allocated disagree"),
         (["--extender-url", "auto"], "--extender-url: not used with --scheduler kube"),
         (["--sensitivity"], "--sensitivity: not used with --scheduler kube"),
-        (["--time-scale", "-1"], "--time-scale: must be >= 0, got -1.0"),
     ],
 )
 def test_options_that_do_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:
