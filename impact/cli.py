@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 
 from joulesched.contracts.cliargs import INTENSITY, number
 from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
-from joulesched.impact.errors import ReportError
+from joulesched.impact.errors import ReportError, UsageError
 from joulesched.impact.output import render_chart, render_csv, render_table
 from joulesched.impact.query import Prometheus, Scope, fetch, iso
 from joulesched.impact.report import BY_CHOICES, Report, build_report
@@ -74,10 +74,10 @@ def parse_duration(text: str) -> float:
     except ValueError:
         parts = _DURATION.findall(text)
         if not parts or "".join(a + b for a, b in parts) != text:
-            raise ReportError(f"{text!r} is not a duration (e.g. 90s, 5m, 1h30m, 2d)") from None
+            raise UsageError(f"{text!r} is not a duration (e.g. 90s, 5m, 1h30m, 2d)") from None
         value = sum(float(a) * _UNIT[b] for a, b in parts)
     if not value > 0 or not math.isfinite(value):
-        raise ReportError(f"duration {text!r} must be > 0")
+        raise UsageError(f"duration {text!r} must be > 0")
     return value
 
 
@@ -95,12 +95,12 @@ def parse_time(text: str, now: float) -> float:
     else:
         if not (math.isfinite(seconds) and 0 <= seconds < LAST_TIME):
             hint = " (milliseconds? give unix seconds)" if math.isfinite(seconds) and seconds >= LAST_TIME else ""
-            raise ReportError(f"{text!r} is not a time between 1970 and 9999 in unix seconds{hint}")
+            raise UsageError(f"{text!r} is not a time between 1970 and 9999 in unix seconds{hint}")
         return seconds
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ReportError(
+        raise UsageError(
             f"{text!r} is not a time (ISO 8601 like 2022-06-01T00:00:00Z, unix seconds, now or now-2h)"
         ) from None
     if when.tzinfo is None:
@@ -206,7 +206,7 @@ def _read_file(path: str | None, what: str) -> str:
         with open(path, encoding="utf-8") as fh:
             return fh.read().strip()
     except OSError as err:
-        raise ReportError(f"{what} {path}: {err.strerror or err}") from err
+        raise UsageError(f"{what} {path}: {err.strerror or err}") from err
 
 
 def tenant_inputs(args: argparse.Namespace) -> TenantInputs:
@@ -216,10 +216,10 @@ def tenant_inputs(args: argparse.Namespace) -> TenantInputs:
         if not value
     ]
     if missing:
-        raise ReportError(f"--tenant needs {', '.join(missing)}")
+        raise UsageError(f"--tenant needs {', '.join(missing)}")
     share = args.share or "vcpu"
     if args.vm_share and share != "provider":
-        raise ReportError("--vm-share is the provider's figure: give it with --share provider")
+        raise UsageError("--vm-share is the provider's figure: give it with --share provider")
     return TenantInputs(
         RegistrarReader(args.registrar, _read_file(args.registrar_token_file, "--registrar-token-file") or None),
         InfluxReader(
@@ -252,21 +252,26 @@ def _requests(answer: object, query: str) -> float:
 def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
     scope = Scope(args.namespace, args.selector, args.run, args.owner)
     if not (scope.namespace or scope.selector or scope.run or scope.owner) and not args.tenant:
-        raise ReportError("give a scope: --namespace, --selector, --run or --owner")
+        raise UsageError("give a scope: --namespace, --selector, --run or --owner")
     step = parse_duration(args.step)
     if step != round(step):
-        raise ReportError(f"--step {args.step}: must be a whole number of seconds")
+        raise UsageError(f"--step {args.step}: must be a whole number of seconds")
     end = parse_time(args.end, now) if args.end else now
     if args.last and args.start:
-        raise ReportError("give either --start or --last, not both")
+        raise UsageError("give either --start or --last, not both")
     if args.last:
         start = end - parse_duration(args.last)
     elif args.start:
         start = parse_time(args.start, now)
     else:
-        raise ReportError("give the range: --start (and --end) or --last")
+        raise UsageError("give the range: --start (and --end) or --last")
     if end <= start:
-        raise ReportError(f"--end ({iso(end)}) must be after --start ({iso(start)})")
+        raise UsageError(f"--end ({iso(end)}) must be after --start ({iso(start)})")
+    if args.per == "request":
+        if args.requests is not None and args.requests_query:
+            raise UsageError("give either --requests or --requests-query, not both")
+        if args.requests is None and not args.requests_query:
+            raise UsageError("--per request needs --requests N or --requests-query PROMQL")
     by = args.by or ("process" if scope.run else "namespace")
     notes: list[str] = []
     if args.tenant:
@@ -282,15 +287,11 @@ def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
         data = fetch(prom, scope, start, end, step)
     seconds = float(data.steps[-1] - start)
     if args.per == "request":
-        if args.requests is not None and args.requests_query:
-            raise ReportError("give either --requests or --requests-query, not both")
         if args.requests_query:
             query = args.requests_query.replace("{range}", f"{round(seconds)}s")
             requests = _requests(prom.instant(query, float(data.steps[-1])), query)
-        elif args.requests is not None:
-            requests = args.requests
         else:
-            raise ReportError("--per request needs --requests N or --requests-query PROMQL")
+            requests = args.requests
         if not (math.isfinite(requests) and requests > 0):
             raise ReportError(f"--per request: the requests in the range must be a number > 0, got {requests:g}")
         units = impact.functional_units("request", requests=requests)
@@ -324,6 +325,9 @@ def main(argv: Sequence[str] | None = None, *, now: Callable[[], float] = time.t
             sys.stdout.write(text)
         if args.chart:
             render_chart(report, args.chart)
+    except UsageError as err:
+        print(f"joulesched report: {err}", file=sys.stderr)
+        return 2
     except ReportError as err:
         print(f"joulesched report: {err}", file=sys.stderr)
         return 1

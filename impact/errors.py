@@ -8,7 +8,12 @@ class ImpactError(Exception):
 
 
 class ReportError(ImpactError):
-    """A problem the user can fix (bad arguments, no data, Prometheus unreachable)."""
+    """A problem the user can fix (bad arguments, no data, Prometheus unreachable): exit 1."""
 
 
-__all__ = ["ImpactError", "ReportError"]
+class UsageError(ReportError):
+    """The command was called wrong (a flag, a time, a missing flag, a file it names): exit 2,
+    as argparse's own usage errors, before any query."""
+
+
+__all__ = ["ImpactError", "ReportError", "UsageError"]

@@ -35,7 +35,7 @@ import numpy as np
 
 from joulesched.contracts.errors import NadikiReadError
 from joulesched.contracts.nadiki_read import ENERGY_FIELD, InfluxReader, NadikiServer, RegistrarReader
-from joulesched.impact.errors import ReportError
+from joulesched.impact.errors import ReportError, UsageError
 from joulesched.impact.query import (
     Fetched,
     FloatArray,
@@ -258,7 +258,7 @@ def parse_vm_shares(values: list[str]) -> dict[str, float]:
         except ValueError:
             share = math.nan
         if not sep or not node or not math.isfinite(share):
-            raise ReportError(f"--vm-share {value!r}: give NODE=FRACTION, e.g. vm-a=0.25")
+            raise UsageError(f"--vm-share {value!r}: give NODE=FRACTION, e.g. vm-a=0.25")
         out[node] = share
     return out
 

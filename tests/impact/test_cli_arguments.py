@@ -115,3 +115,32 @@ def test_a_number_of_requests_that_gives_no_sci_is_refused_before_any_query(
 ) -> None:
     last = refused([*NOWHERE, "--per", "request", "--requests", value], capsys)
     assert last == f"joulesched report: error: argument --requests: must be a finite number > 0, got {value!r}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--last", "1h"], "give a scope: --namespace, --selector, --run or --owner"),
+        (["-n", "shop"], "give the range: --start (and --end) or --last"),
+        (["-n", "shop", "--last", "1h", "--start", "now-2h"], "give either --start or --last, not both"),
+        (["-n", "shop", "--start", "now", "--end", "now-1h"], "--end ("),
+        (["-n", "shop", "--start", "yesterday"], "'yesterday' is not a time"),
+        (["-n", "shop", "--last", "1fortnight"], "'1fortnight' is not a duration"),
+        (["-n", "shop", "--last", "1h", "--step", "1.5s"], "--step 1.5s: must be a whole number of seconds"),
+        (["-n", "shop", "--last", "1h", "--per", "request"], "--per request needs --requests N or --requests-query PROMQL"),
+        (
+            ["-n", "shop", "--last", "1h", "--per", "request", "--requests", "5", "--requests-query", "x"],
+            "give either --requests or --requests-query, not both",
+        ),
+        (["--tenant", "--last", "1h", "--registrar", "http://127.0.0.1:9"], "--tenant needs --influx, --database"),
+        ([*TENANT, "--last", "1h", "--share", "provider", "--vm-share", "vm-a"], "--vm-share 'vm-a': give NODE=FRACTION"),
+        ([*TENANT, "--last", "1h", "--registrar-token-file", "/nonexistent/t"], "--registrar-token-file /nonexistent/t: "),
+    ],
+)
+def test_a_command_called_wrong_is_exit_2_before_any_query(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Prometheus (and the provider) at port 9 answer nothing: a query would be exit 1 naming it
+    assert cli.main(["report", "--prometheus", "http://127.0.0.1:9", "--timeout", "1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"joulesched report: {said}") and len(err.splitlines()) == 1, err
