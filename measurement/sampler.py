@@ -451,8 +451,9 @@ class Sampler:
             }
             # an estimate must not teach the models it came from, nor busy time that is not this interval's
             learn = learn and not estimated and busy_measured
-            if learn:
-                self._learn_zones(deltas, busy / dt, dt, prev.time, now)
+            watts = self._model_watts(deltas, dt, prev.time, now) if learn else None
+            if watts is not None:
+                self._learn_zones(watts, busy / dt)
             owed = self._owed if self._owed_basis == layout.basis else None
             split = split_node(layout, deltas, owed)
             self._owed, self._owed_basis = self._carry(layout, split.unfitted, deltas, dt, now), layout.basis
@@ -490,12 +491,18 @@ class Sampler:
                 self._domain_total[domain] += joules
             if split.basis:
                 self._node_total[split.basis] = self._node_total.get(split.basis, 0.0) + split.node_joules
-            non_gpu = split.node_joules - split.domains.get("gpu", 0.0)
-            if learn and (layout.platform or layout.rapl or layout.psys):
-                self.cpu_model.add(busy / dt, non_gpu / dt)
-            for gpu, joules in split.gpu_zones.items():
-                if learn and gpu in gpu_util:
-                    self._gpu_model(gpu).add(gpu_util[gpu], joules / dt)
+            # the node's power as the models learn it: the same split of each zone's power
+            # (split_node is linear), when every zone the node's figure is made of has a value of
+            # its own for this interval (a whole-server source only cross-checked does not count)
+            used = {layout.platform, layout.psys, layout.rapl, layout.gpu} - {None}
+            known = {k: w for k, w in (watts or {}).items() if w is not None}
+            if watts is not None and all(w is not None for k, w in watts.items() if k[0] in used):
+                power = split_node(layout, known)
+                if layout.platform or layout.rapl or layout.psys:
+                    self.cpu_model.add(busy / dt, power.node_joules - power.domains.get("gpu", 0.0))
+                for gpu, gpu_watts in power.gpu_zones.items():
+                    if gpu in gpu_util:
+                        self._gpu_model(gpu).add(gpu_util[gpu], gpu_watts)
             self._gpu_util = {g: gpu_util.get(g, 0.0) for g in split.gpu_zones}
             self._cross_check(dt, split.rapl_joules, dict(split.platform_joules))
             self._track_owners(dt, pod_cpu)
@@ -537,28 +544,46 @@ class Sampler:
         carried = {key: min(j, max(deltas.get(key, 0.0), 0.0) / dt * lag) for key, j in unfitted.items()}
         return {key: j for key, j in carried.items() if j > 0}
 
-    def _learn_zones(self, deltas: Mapping[ZoneKey, float], cores: float, dt: float, start: float, end: float) -> None:
-        """Teach each zone's model this interval's power against its busy cores. A power zone's
-        reading is an instant (or the BMC's short average) at the interval's end: it is paired with
-        the interval's CPU use as it is; the straight line the meter integrates between two
-        readings would blur a load step over two intervals and bias the slope."""
-        m = self.config.model
+    def _model_watts(
+        self, deltas: Mapping[ZoneKey, float], dt: float, start: float, end: float
+    ) -> dict[ZoneKey, float | None]:
+        """Each zone's power in this interval as the models learn it.
+
+        A counter's is its difference over the interval. A power zone's is its own reading (an
+        instant, or the BMC's short average) taken within the interval, paired with the
+        interval's CPU use as it is: the straight line the meter integrates between two readings
+        would blur a load step over two intervals and bias the slope. None where a power zone
+        has no reading of its own in the interval (a BMC refreshing slower than the interval):
+        the meter's energy there is 0 until the next reading, then that reading's whole span, so
+        an interval without a reading would teach 0 W and the next twice the power.
+        """
         readings = self.meter.power_readings()
         # a reading taken in answer to this sample's request is stamped just after the request
         late = end + self.config.sources.read_wait_seconds
+        watts: dict[ZoneKey, float | None] = {}
+        for key, joules in deltas.items():
+            reading = readings.get(key)
+            if reading is None:
+                watts[key] = joules / dt
+            elif max(start, self._learned_at.get(key, start)) < reading.timestamp <= late:
+                self._learned_at[key] = reading.timestamp
+                watts[key] = reading.value
+            else:
+                watts[key] = None  # no reading of its own in this interval
+        return watts
+
+    def _learn_zones(self, watts: Mapping[ZoneKey, float | None], cores: float) -> None:
+        """Teach each zone's model its power in this interval (:meth:`_model_watts`) against
+        the busy cores."""
+        m = self.config.model
         with self._cpu_lock:
-            for key, joules in deltas.items():
-                watts = joules / dt
-                if key in readings:
-                    reading = readings[key]
-                    if not max(start, self._learned_at.get(key, start)) < reading.timestamp <= late:
-                        continue  # no reading of its own in this interval
-                    self._learned_at[key] = reading.timestamp
-                    watts = reading.value
+            for key, value in watts.items():
+                if value is None:
+                    continue
                 model = self._zone_models.get(key)
                 if model is None:
                     model = self._zone_models[key] = RollingFit(m.window_samples, m.min_samples, m.min_spread_cores)
-                model.add(cores, watts)
+                model.add(cores, value)
 
     def _busy_between(self, start: float, end: float) -> float | None:
         """Busy CPU seconds measured between two moments: interpolated between samples, and at the

@@ -674,3 +674,28 @@ def test_a_server_reading_below_rapls_is_believed_and_owes_nothing_later(
         snap = s.sample()
         assert snap.interval is not None
         assert snap.interval.domains == pytest.approx({"cpu": 200.0, "dram": 20.0, "gpu": 0.0, "other": other})
+
+
+def test_the_power_model_learns_a_lagging_server_reading_over_the_span_it_covers(
+    node: Node, roots: Roots, clock: FakeClock
+) -> None:
+    """A BMC refreshing every 2 s, sampled every second: an interval without a new reading has
+    no server energy (0 W) and the one with it the energy since the last (twice the power). The
+    node's model learns the power over the span the server energy covers, against the CPU use
+    over that span, never a 0 W or a doubled interval."""
+    node.add_pod(POD_A)
+    bmc = LaggingBmc(clock, 100.0)
+    s = sampler(roots, clock, FakeSource("ipmi_dcmi", [bmc]))  # type: ignore[list-item]
+    s.sample()
+    for cores in (0.0, 0.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, 3.0, 3.0, 1.0, 1.0, 5.0, 5.0) * 2:
+        # 100 W idle, 10 W a busy core (the pod's and the system's half core), held for the
+        # BMC's whole 2 s period
+        bmc.watts = 100.0 + 10.0 * (cores + 0.5)
+        node.step(package_w=20.0, dram_w=5.0, pods={POD_A: cores})
+        snap = s.sample()
+    assert snap.basis == "ipmi_dcmi"
+    fit = snap.model("cpu")
+    assert fit is not None
+    assert fit.idle_watts == pytest.approx(100.0, abs=2.0)
+    assert fit.slope_watts == pytest.approx(10.0, abs=0.5)
+    assert fit.r2 > 0.95
