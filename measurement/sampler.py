@@ -214,6 +214,11 @@ class Sampler:
     def _persist(self) -> None:
         if self._store is None:
             return
+        if self._restoring is not None:
+            # The last run's windows wait for their zones' first readings (_restore_due), in the
+            # file and in the last run's terms: a save now would write the windows open in this
+            # run without them. Once they are carried over, every window is saved.
+            return
         with self.lock:
             records = [
                 window_record(w.id, w.label, w.start.time, w.start.totals, w.start.estimated, w.restarted)

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,14 +147,24 @@ class WindowStore:
                 )
                 for k, v in doc["anchors"].items()
             }
-            windows = [
-                _shift(w, -step) for w in doc["windows"] if isinstance(w, dict) and isinstance(w.get("id"), str)
-            ]
+            if not isinstance(doc["windows"], list):
+                raise ValueError("windows: not a list")
+            windows = []
+            for i, w in enumerate(doc["windows"]):
+                problem = _window_problem(w)
+                if problem is None:
+                    windows.append(_shift(w, -step))
+                    continue
+                # one damaged record costs that window only; the file is kept as it was
+                name = w.get("id") if isinstance(w, dict) and isinstance(w.get("id"), str) else f"#{i}"
+                aside = self._keep_aside()
+                log.error("window %s of the last run is lost: %s: windows[%d]: %s; the file is copied to %s",
+                          name, self.path, i, problem, aside)  # fmt: skip
             totals, estimated = parse_record(doc)
             return Saved(windows, anchors, float(doc["saved"]) - step, totals, estimated)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
             aside = self.path.with_name(self.path.name + ".unreadable")
             log.error(
                 "open windows of the last run are lost: %s is unreadable (%s); moved to %s", self.path, err, aside
@@ -162,6 +174,40 @@ class WindowStore:
             except OSError:
                 pass
             return None
+
+
+    def _keep_aside(self) -> Path:
+        """A copy of the file as read, beside it (``.unreadable``), before the next save replaces it."""
+        aside = self.path.with_name(self.path.name + ".unreadable")
+        try:
+            shutil.copyfile(self.path, aside)
+        except OSError as err:
+            log.warning("cannot copy %s to %s: %s", self.path, aside, err.strerror or err)
+        return aside
+
+
+def _window_problem(record: object) -> str | None:
+    """What is wrong with a saved window record, as :func:`window_record` writes it (None: nothing)."""
+    if not isinstance(record, dict):
+        return "not a mapping"
+    if not isinstance(record.get("id"), str) or not record["id"]:
+        return "id: not a string"
+    start = record.get("start")
+    if isinstance(start, bool) or not isinstance(start, int | float) or not math.isfinite(start):
+        return f"start: not a time: {start!r}"
+    if not isinstance(record.get("label", ""), str):
+        return "label: not a string"
+    for field in ("totals", "estimated"):
+        values = record.get(field) or {}
+        if not isinstance(values, dict):
+            return f"{field}: not a mapping"
+        for zone, nj in values.items():
+            if isinstance(nj, bool) or not isinstance(nj, int):
+                return f"{field}.{zone}: not a whole number of nanojoules: {nj!r}"
+    restarted = record.get("restarted")
+    if restarted is not None and not isinstance(restarted, dict):
+        return "restarted: not a mapping"
+    return None
 
 
 def window_record(

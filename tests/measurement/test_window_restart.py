@@ -16,7 +16,7 @@ from joulesched.measurement.sources.base import Roots, Source
 from joulesched.measurement.sources.registry import open_sources
 from joulesched.measurement.windowstore import FILE, WindowStore
 from tests.measurement.agent_server_support import Running
-from tests.measurement.fakes import FakeClock, ipmi
+from tests.measurement.fakes import FakeClock, gpus, ipmi
 from tests.measurement.replica import PowercapTree
 
 ENTRY = "intel-rapl:0"
@@ -162,3 +162,59 @@ def test_a_nextflow_runs_window_is_not_kept_over_a_restart(tmp_path: Path, roots
         run(second, powercap, clock, 1)
     assert runs.handle(EVENTS[-1], True)[0] == 200
     assert second._windows == {}, "the run's window of the last run is not carried over to leak"
+
+
+def test_a_damaged_window_record_loses_that_window_only_and_keeps_the_file(
+    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
+    state = tmp_path / "state"
+    first = agent(roots, clock, state)
+    first.sample()
+    bad, good = first.open_window("bad"), first.open_window("good")
+    truth = run(first, powercap, clock, 3)
+    doc = json.loads((state / FILE).read_text())
+    for record in doc["windows"]:
+        if record["label"] == "bad":
+            record["totals"]["rapl_sysfs/package-0"] = "12.5e9"  # a number written as text
+    damaged = json.dumps(doc)
+    (state / FILE).write_text(damaged)
+    second = agent(roots, clock, state)
+    truth += run(second, powercap, clock, 2)  # the first sample carried the windows, and raised nothing
+    assert second.close_window(good.id)["zones"]["rapl_sysfs/package-0"] == pytest.approx(truth, abs=1e-6)
+    with pytest.raises(UnknownWindow):
+        second.close_window(bad.id)
+    assert (state / (FILE + ".unreadable")).read_text() == damaged
+    said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(said) == 1 and f"window {bad.id} of the last run is lost: {state / FILE}: windows[0]: totals." in said[0]
+
+
+def test_a_window_opened_while_the_last_runs_wait_to_be_carried_does_not_drop_them(
+    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock
+) -> None:
+    """The last run's windows wait (up to 30 s) for a counter that answers late after a restart
+    (a GPU's); a window opened meanwhile must not save the file without them (a second restart
+    in that time lost them)."""
+    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
+    state = tmp_path / "state"
+
+    def restarted(gpu_answers: bool) -> Sampler:
+        config = AgentConfig(
+            roots=roots, sources=SourcesConfig(order=("rapl_sysfs", "nvml")), server=ServerConfig(state_dir=str(state))
+        )
+        card = gpus(clock, 1)
+        if not gpu_answers:
+            card.zone_list[0].fail = "NVML not ready"
+        return Sampler(config, [*open_sources(("rapl_sysfs",), {}, roots, clock).sources, card], node="n1", clock=clock)
+
+    first = restarted(gpu_answers=True)
+    first.sample()
+    window = first.open_window("long-job")
+    run(first, powercap, clock, 3)
+    second = restarted(gpu_answers=False)
+    run(second, powercap, clock, 2)  # the window waits for the GPU's counter
+    second.open_window("another")
+    third = restarted(gpu_answers=True)  # restarted again before the carry
+    run(third, powercap, clock, 1)
+    result = third.close_window(window.id)
+    assert result["label"] == "long-job" and result["restarted"]["restarts"] == 1
