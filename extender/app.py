@@ -44,10 +44,6 @@ JSON = "application/json"
 VERBS = ("filter", "prioritize", "preempt", "bind", "explain")
 
 
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status=status, mimetype=JSON)
-
-
 def make_source(config: ExtenderConfig) -> ProfileSource:
     if config.source == "prometheus":
         return PrometheusSource(
@@ -176,13 +172,18 @@ def create_app(
         endpoint.count_source_errors()  # refreshes /readyz made (the kubelet's probes), without traffic
         return Response(metrics.exposition(), mimetype="text/plain; version=0.0.4; charset=utf-8")
 
+    # Counted like every other error (verb "other"): with a wrong urlPrefix in kube-scheduler's
+    # extender entry every call ends here, and the failures are what an alert sees.
     @app.errorhandler(404)
     def not_found(err: Exception) -> Response:
-        return _json({"Error": f"no such path {request.path!r}; extender verbs are under {prefix}/"}, 404)
+        message = f"no such path {request.path!r}; extender verbs are under {prefix}/"
+        status, body = endpoint.fail("other", 404, "unknown_path", message)
+        return Response(body, status, mimetype=JSON)
 
     @app.errorhandler(405)
     def not_allowed(err: Exception) -> Response:
-        return _json({"Error": f"{request.method} is not allowed on {request.path}"}, 405)
+        status, body = endpoint.fail("other", 405, "method", f"{request.method} is not allowed on {request.path}")
+        return Response(body, status, mimetype=JSON)
 
     @app.errorhandler(500)
     def internal(err: Exception) -> Response:  # a bug in a Flask route: JSON and counted, like the verbs'

@@ -51,6 +51,7 @@ handshake asks for one but lets the kubelet's probes in without).
 from __future__ import annotations
 
 import errno
+import re
 import select
 import selectors
 import socket
@@ -59,7 +60,7 @@ import threading
 import time
 from concurrent import futures
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from gunicorn import http, sock, util
@@ -69,6 +70,9 @@ from joulesched.extender.config import ExtenderConfig
 from joulesched.extender.wire import REASONS
 
 MAX_HEAD_BYTES = 64 * 1024
+# How long a stopping worker keeps a kept-alive connection open for a request already on its way
+# (gunicorn's gthread keeps its own that long: gunicorn.workers.gthread.STOP_KEEPALIVE_LINGER).
+STOP_KEEPALIVE_LINGER = 2.0
 LINGER_SECONDS = 2.0
 # How long the thread that answered a request waits for the next one on its connection. In a
 # burst kube-scheduler's next request often comes more than 2 ms later (a prioritize after its
@@ -88,6 +92,18 @@ _REASONS = {
     501: "Not Implemented",
     503: "Service Unavailable",
 }
+
+class HeadLimits(NamedTuple):
+    """gunicorn's limits on a request head (``limit_request_line``, ``_fields``, ``_field_size``; 0: none)."""
+
+    line: int = 4094
+    fields: int = 100
+    field_size: int = 8190
+
+
+GUNICORN_DEFAULTS = HeadLimits()
+_BLANK = (32, 9)  # space, tab: around a header's name, a head gunicorn's parser refuses
+
 
 # gunicorn's parser errors that are not 400, as gunicorn answers them (Worker.handle_error).
 _PARSE_STATUS: tuple[tuple[type[Exception], int], ...] = (
@@ -165,6 +181,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
     alive: bool  # gunicorn's, untyped there
     nr: int
     max_requests: int
+    head_limits: HeadLimits = GUNICORN_DEFAULTS  # the configured ones from run()
 
     def init_process(self) -> None:
         self.reading: set[FrontConn] = set()
@@ -185,6 +202,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         self.budget = 2 * self.max_body
         self.endpoint = extension.get("endpoint")
         self.verb_prefix = (config.prefix.rstrip("/") + "/").encode()
+        self.head_limits = HeadLimits(
+            self.cfg.limit_request_line, self.cfg.limit_request_fields, self.cfg.limit_request_field_size
+        )
         # Answering a client's next request in the thread that answered the last: plain TCP
         # only (a TLS socket can hold decrypted bytes that poll does not see).
         self.follow_up = self.endpoint is not None and not self.cfg.is_ssl
@@ -336,13 +356,21 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                 if len(buf) > MAX_HEAD_BYTES:
                     self._reject(conn, 431, "head_too_large", f"request head over {MAX_HEAD_BYTES} bytes")
                     return True
+                # what cannot become a request is answered now, not at the read deadline
+                wrong = _request_line_problem(buf)
+                if wrong:
+                    self._reject(conn, 400, "bad_request_line", wrong)
+                    return True
                 return False
+            if end + 4 > MAX_HEAD_BYTES:  # (a head that came whole in one read as well as in pieces)
+                self._reject(conn, 431, "head_too_large", f"request head over {MAX_HEAD_BYTES} bytes")
+                return True
             conn.head = bytes(buf[: end + 4])
             if self.require_client_cert and not conn.verified and not _open_to_all(conn.head):
                 message = "a client certificate signed by server.tls.client_ca_file is required"
                 self._reject(conn, 403, "no_client_certificate", message)
                 return True
-            length, problem = _body_length(conn.head)
+            length, problem = _body_length(conn.head, self.head_limits)
             if problem:
                 status, reason, message = problem
                 self._reject(conn, status, reason, message)
@@ -509,7 +537,7 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
             if conn.body is not None:
                 req.body = FrontBody(conn.body)
                 conn.body = None
-            if conn.sent_continue:
+            if conn.sent_continue or conn.oversize:  # (oversize: its body is not wanted, 413 alone)
                 req._expected_100_continue = False
             if conn.oversize:
                 req.must_close = True  # its body is not read: the reply says Connection: close
@@ -651,7 +679,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                             break
                         continue
                     head_end = end + 4
-                    length, problem = _body_length(bytes(data[:head_end]))
+                    if head_end > MAX_HEAD_BYTES:
+                        break  # the event loop's 431
+                    length, problem = _body_length(bytes(data[:head_end]), self.head_limits)
                     if problem is not None or length is None or length > self.max_body:
                         break  # the event loop's rules answer it
                     need = head_end + length
@@ -681,7 +711,11 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
         except Exception:
             keep = False
         try:
-            if keep and self.alive:
+            if keep:
+                # The reply announced keep-alive, so the client may be sending its next request
+                # already: a stopping worker keeps the connection too, for STOP_KEEPALIVE_LINGER
+                # at most, and answers that request with "Connection: close" (as gthread does)
+                # instead of dropping it.
                 pipelined = getattr(conn, "pipelined", b"")
                 conn.pipelined = b""
                 conn.sock.setblocking(False)
@@ -689,6 +723,8 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                     self._start_reading(conn, bytearray(pipelined))
                     return
                 conn.set_timeout()
+                if not self.alive:
+                    conn.timeout = min(conn.timeout, time.monotonic() + STOP_KEEPALIVE_LINGER)
                 self.keepalived_conns.append(conn)
                 self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
             elif conn.ended:  # nothing left to drain, nothing to wait for
@@ -754,6 +790,28 @@ def _direct_verb(head: bytes, prefix: bytes) -> tuple[str | None, bool]:
     return verb.decode(), close
 
 
+_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^ \r\n]+ HTTP/[0-9]\.[0-9]\r")
+
+
+def _request_line_problem(buf: bytes | bytearray) -> str | None:
+    """Why the start of a request whose head is not all here yet can never be an HTTP/1.x request
+    (None: it may still be one). A TLS handshake sent to a plain-HTTP port, or a request line
+    ended by a bare LF, waited for the read deadline and got 408; gunicorn's parser answers
+    both at once with 400, and so does this."""
+    first = buf[:1]
+    if not first or first in (b"\r", b"\n"):
+        return None  # (an empty line before the request line is allowed, RFC 9112 section 2.2)
+    if first[0] == 0x16:
+        return "a TLS handshake on a plain-HTTP port: serve TLS (server.tls) or call the extender over HTTP"
+    if first[0] not in _TOKEN:
+        return "not an HTTP/1.x request"
+    nl = buf.find(b"\n")
+    if nl >= 0 and not _REQUEST_LINE.fullmatch(buf, 0, nl):
+        return "malformed request line: METHOD TARGET HTTP/1.1, ended by CRLF"
+    return None
+
+
 def _open_to_all(head: bytes) -> bool:
     """GET of a probe or of the metrics: served without a client certificate (kubelet, Prometheus)."""
     method, _, rest = head.partition(b" ")
@@ -761,15 +819,25 @@ def _open_to_all(head: bytes) -> bool:
     return method in (b"GET", b"HEAD") and target in _OPEN_PATHS
 
 
-def _body_length(head: bytes) -> tuple[int | None, tuple[int, str, str] | None]:
-    """The body length a request head announces (None: malformed, left to gunicorn's parser)."""
+def _body_length(head: bytes, limits: HeadLimits = GUNICORN_DEFAULTS) -> tuple[int | None, tuple[int, str, str] | None]:
+    """The body length a request head announces (None: malformed, left to gunicorn's parser).
+
+    A head gunicorn's parser would refuse is malformed here too, so that a request refused on
+    gunicorn's path is not answered on the direct verb path: a request line or a header line
+    over its limit, more header lines than its limit (414, 431), a header line without a colon
+    or with whitespace around its name (400).
+    """
+    lines = head.split(b"\r\n")
+    if (limits.line and len(lines[0]) > limits.line) or (limits.fields and len(lines) - 3 > limits.fields):
+        return None, None  # (the head's last two "lines" are the empty ones its CRLF CRLF ends with)
+    size = limits.field_size or len(head)
     length: int | None = 0
     seen = False
-    for line in head.split(b"\r\n")[1:]:
+    for line in lines[1:-2]:
         name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        name = name.strip().lower()
+        if not sep or not name or name[0] in _BLANK or name[-1] in _BLANK or len(line) > size:
+            return None, None
+        name = name.lower()
         if name == b"transfer-encoding":
             return None, (
                 411,
