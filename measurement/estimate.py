@@ -29,12 +29,19 @@ TABLE = Path(__file__).with_name("data") / "cpu_power.csv"
 # (cloud-carbon-footprint/ccf-coefficients @ b0032d92, output/; Apache-2.0).
 DEFAULT_WATTS_PER_VCPU = 3.81
 
-_DROP = re.compile(r"\(r\)|\(tm\)|®|™|\b\d+(\.\d+)?\s*ghz\b|\b\d+-core\b|\bprocessor\b|\bcpu\b|\bintel\b|\bamd\b")
+# Intel's 11th-14th generation Core CPUs name themselves "13th Gen Intel(R) Core(TM) i7-1360P" in
+# /proc/cpuinfo, the TDP table "Intel Core i7-1360P": the generation goes (only before "Intel":
+# AMD's "6th Gen A10-8700P APU" rows keep theirs, as the table's keys do)
+_DROP = re.compile(
+    r"\b\d+(st|nd|rd|th)\s+gen\s+(?=intel\b)"
+    r"|\(r\)|\(tm\)|®|™|\b\d+(\.\d+)?\s*ghz\b|\b\d+-core\b|\bprocessor\b|\bcpu\b|\bintel\b|\bamd\b"
+)
 
 
 def model_key(name: str) -> str:
     """A CPU model name reduced to what identifies it: ``Intel(R) Xeon(R) Gold 6252 CPU @ 2.10GHz``
-    → ``xeongold6252``. Empty when nothing model-like (no digit) is left."""
+    → ``xeongold6252``, ``13th Gen Intel(R) Core(TM) i7-1360P`` → ``corei71360p``. Empty when
+    nothing model-like (no digit) is left."""
     text = name.lower().split("@")[0]
     key = re.sub(r"[^a-z0-9+]", "", _DROP.sub(" ", text))
     return key if any(c.isdigit() for c in key) else ""

@@ -487,6 +487,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(label, str) or len(label) > 200:
             self._error(HTTPStatus.BAD_REQUEST, "label must be a string of at most 200 characters")
             return
+        self.server.weblog.expire()  # Nextflow runs whose head job died must not hold the open-window limit
         try:
             window = self.server.sampler.open_window(label)
         except TooManyWindows as err:

@@ -183,6 +183,21 @@ def render_html(result: dict[str, Any], intensity: float | None = None) -> str:
     )
 
 
+def check_agent_url(agent: str) -> None:
+    """``--agent`` must be ``http(s)://host[:port][/path]``: :class:`BadInput` names the flag
+    (``localhost:9102`` parses as the scheme ``localhost``, and urllib's "unknown url type" for
+    it named neither the flag nor what is wanted; ``http://[::1`` gave no URL at all)."""
+    try:
+        parts = urllib.parse.urlsplit(agent)
+        _ = parts.port  # a port that is no number, or out of range, raises here
+    except ValueError as err:
+        raise BadInput(
+            f"--agent {agent}: not a URL ({err}); give http://HOST:PORT, e.g. http://127.0.0.1:9102"
+        ) from err
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadInput(f"--agent {agent}: must be http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9102")
+
+
 def fetch_result(agent: str, run_id: str, token: str | None) -> dict[str, Any]:
     url = f"{agent.rstrip('/')}/v1/weblog/{urllib.parse.quote(run_id, safe='')}"
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
@@ -249,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.error(f"argument {flag}: only with --agent (--json reads a saved result)")
     try:
         if args.agent:
+            check_agent_url(args.agent)
             token = None
             if args.token_file:
                 try:

@@ -48,12 +48,34 @@ def replica(tmp_path: Path, model_name: str, flags_line: str = "fpu hypervisor")
         ("Intel Xeon Gold 6252", "xeongold6252"),
         ("AMD EPYC 7763 64-Core Processor", "epyc7763"),
         ("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz", "corei78700"),
+        ("13th Gen Intel(R) Core(TM) i7-1360P", "corei71360p"),
+        ("11th Gen Intel(R) Core(TM) i7-1165G7 @ 2.80GHz", "corei71165g7"),
+        ("6th Gen A10-8700P APU", "6thgena108700papu"),  # AMD's generation stays, as the table's key has it
         (UNKNOWN, ""),
         ("", ""),
     ],
 )
 def test_model_key(name: str, key: str) -> None:
     assert model_key(name) == key
+
+
+def test_an_intel_core_named_with_its_generation_finds_its_tdp_row() -> None:
+    """/proc/cpuinfo of a 13th-generation laptop says "13th Gen Intel(R) Core(TM) i7-1360P"; its
+    row is "Intel Core i7-1360P" (28 W). The generation kept, it was "not in the table" and got
+    the 3.81 W/vCPU default."""
+    cpu = CpuInfo("13th Gen Intel(R) Core(TM) i7-1360P", 16, 16, False)
+    e = estimate(100.0, cpu)
+    assert e.rate.source == "tdp" and e.rate.watts_per_thread == pytest.approx(28.0 / 16)
+    assert e.joules == pytest.approx(175.0)
+
+
+def test_every_table_key_is_its_model_reduced_as_a_cpu_name_is() -> None:
+    """The table's keys were made by model_key: a change to it must not lose a row (the rows
+    without a model name are SPECpower's, keyed by their CPU description)."""
+    rows = [r for r in load_table().values() if r.model]
+    assert rows and all(model_key(r.model) == r.key for r in rows), [
+        (r.key, r.model) for r in rows if model_key(r.model) != r.key
+    ][:5]
 
 
 def test_read_cpuinfo_from_a_replica(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -82,13 +83,53 @@ def test_a_run_opens_one_window_and_completed_closes_it(running: Running) -> Non
     assert send(running, EVENTS[-1]) == (200, {"runId": RUN_ID, "closed": True, "event": "completed"})
 
 
-def test_error_closes_the_run_and_the_completed_after_it_is_answered(running: Running) -> None:
+def test_error_is_the_outcome_and_the_run_closes_at_completed(running: Running) -> None:
+    """errorStrategy 'finish': Nextflow posts error, lets the running tasks end (their
+    process_completed) and then posts completed. The run is measured to completed, its outcome
+    error (closed at error, the task still running and the minute after were in no run)."""
     running.agent.step()
-    replay(running, EVENTS[:3])
-    error = {**EVENTS[1], "event": "error", "trace": {**EVENTS[1]["trace"], "status": "FAILED", "exit": 1}}
-    status, result = send(running, error)
-    assert status == 200 and result["run"]["outcome"] == "error" and result["seconds"] == pytest.approx(3.0)
-    assert send(running, EVENTS[-1])[1]["closed"] is True
+    t0 = running.clock.now
+    assert send(running, event("started", t0))[0] == 201
+    for k in (1, 2):
+        assert send(running, event("process_submitted", t0, task(k, "ALIGN", t0)))[0] == 200
+        assert send(running, event("process_started", t0, task(k, "ALIGN", t0)))[0] == 200
+    running.step(seconds=2.0)
+    failed = task(1, "ALIGN", t0, t0 + 2, 100.0) | {"status": "FAILED", "exit": 1}
+    assert send(running, event("process_completed", t0 + 2, failed))[0] == 200
+    assert send(running, error_event(t0 + 2, failed)) == (200, {"runId": RUN_ID, "window": ANY, "event": "error"})
+    assert running.request("GET", f"/v1/weblog/{RUN_ID}")[1]["open"] is True
+    for _ in range(60):  # task 2 goes on for a minute
+        running.step(seconds=1.0)
+    done = task(2, "ALIGN", t0, t0 + 62, 100.0) | {"status": "COMPLETED", "exit": 0}
+    assert send(running, event("process_completed", t0 + 62, done))[0] == 200
+    status, result = send(running, event("completed", t0 + 62))
+    assert status == 200 and result["run"]["outcome"] == "error"
+    assert result["seconds"] == pytest.approx(62.0)
+    assert result["joules"]["node"] == pytest.approx(62 * watts(1.0))
+    rows = {row["task_id"]: row for row in result["task_rows"]}
+    assert rows["2"]["status"] == "COMPLETED" and rows["2"]["seconds"] == pytest.approx(62.0)
+    assert rows["1"]["joules"] + rows["2"]["joules"] == pytest.approx(62 * watts(1.0))
+    assert send(running, EVENTS[-1]) == (200, {"runId": RUN_ID, "closed": True, "event": "completed"})
+    assert running.agent.sampler._windows == {}
+
+
+def test_an_error_with_no_completed_after_it_is_closed_at_its_last_event_after_the_idle_bound(
+    running: Running,
+) -> None:
+    from joulesched.measurement.weblog import IDLE_SECONDS
+
+    running.agent.step()
+    t0 = running.clock.now
+    send(running, event("started", t0))
+    running.step(seconds=3.0)
+    send(running, error_event(t0 + 3))
+    running.clock.tick(IDLE_SECONDS - 1)  # the head job died after error: no completed comes
+    assert running.request("GET", f"/v1/weblog/{RUN_ID}")[1]["open"] is True
+    running.clock.tick(1)
+    status, result = running.request("GET", f"/v1/weblog/{RUN_ID}")[:2]
+    assert status == 200 and result["run"]["outcome"] == "error"
+    assert result["seconds"] == pytest.approx(3.0), "closed at its last event, not a day of idle later"
+    assert any("after error, and no completed" in n for n in result["notes"]), result["notes"]
     assert running.agent.sampler._windows == {}
 
 
@@ -98,6 +139,39 @@ def test_a_lost_started_event_opens_the_window_at_the_first_task_event(running: 
     assert status == 201
     status, result = send(running, EVENTS[-1])
     assert status == 200 and result["run"]["opened_by"] == "process_submitted"
+
+
+def test_a_started_of_an_open_run_is_a_new_run_and_the_dead_one_is_closed_at_its_last_event(
+    running: Running,
+) -> None:
+    """The head job was killed (nothing posted) and the run -resume'd ten minutes later: same
+    runId, a new started, task ids from 1 again. The idle minutes and the dead task were the
+    resumed run's (it lasted 617 s, its task 1 ran 615 s); now they are in neither run."""
+    running.agent.step()
+    t0 = running.clock.now
+    send(running, event("started", t0))
+    send(running, event("process_submitted", t0, task(1, "ALIGN", t0)))
+    running.step(seconds=2.0)
+    send(running, event("process_started", t0 + 2, task(1, "ALIGN", t0 + 2)))
+    running.step(seconds=5.0)  # killed here
+    for _ in range(600):  # ten minutes of an idle node before the user resumes
+        running.step(seconds=1.0, busy_cores=0.0)
+    t1 = running.clock.now
+    status, doc = send(running, event("started", t1))
+    assert status == 201
+    send(running, event("process_started", t1, task(1, "ALIGN", t1)))
+    running.step(seconds=10.0)
+    send(running, event("process_completed", t1 + 10, task(1, "ALIGN", t1, t1 + 10, 100.0)))
+    status, result = send(running, event("completed", t1 + 10))
+    assert status == 200 and result["id"] == doc["window"] and result["run"]["outcome"] == "completed"
+    assert result["seconds"] == pytest.approx(10.0)
+    assert result["joules"]["node"] == pytest.approx(10 * watts(1.0))
+    (row,) = result["task_rows"]
+    assert row["seconds"] == pytest.approx(10.0) and row["joules"] == pytest.approx(10 * watts(1.0))
+    (note,) = result["notes"]
+    assert "had no completed before this started: closed as abandoned at its last event" in note
+    assert "0.230 kJ over 2 s" in note, "the dead run's window: started to its last event"
+    assert running.agent.sampler._windows == {}
 
 
 def test_resume_reuses_the_run_id_and_opens_a_new_window(running: Running) -> None:
@@ -173,6 +247,17 @@ def event(kind: str, at: float, task: dict[str, Any] | None = None) -> dict[str,
     out["utcTime"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if task is not None:
         out["trace"].update(task)
+    return out
+
+
+def error_event(at: float, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+    """nf-weblog's error: the failing task's trace, or none."""
+    out = event("process_completed", at)
+    out["event"] = "error"
+    if trace is None:
+        del out["trace"]
+    else:
+        out["trace"] = trace
     return out
 
 
@@ -408,3 +493,165 @@ def test_without_a_token_no_task_is_split_from_reads_closer_than_a_second(runnin
     (row,) = doc["task_rows"]
     assert row["joules"] == pytest.approx(doc["joules"]["node"] - doc["outside_tasks_joules"])
     assert row["joules"] > 100.0, "the second it ran in, not the millisecond's 0.1 J"
+
+
+def test_a_task_only_submitted_never_ran_and_gets_no_time_or_energy(running: Running) -> None:
+    """Queued (executor full, a batch queue) when the run failed: it took half the run's energy as
+    if it had run from the run's start to its end."""
+    running.agent.step()
+    t0 = running.clock.now
+    send(running, event("started", t0))
+    send(running, event("process_submitted", t0, task(1, "ALIGN", t0)))
+    send(running, event("process_started", t0, task(1, "ALIGN", t0)))
+    running.step(seconds=8.0)
+    queued = task(2, "ALIGN", t0 + 8)
+    del queued["start"]  # a submitted task's trace has no start
+    send(running, event("process_submitted", t0 + 8, queued))
+    running.step(seconds=2.0)
+    send(running, event("process_completed", t0 + 10, task(1, "ALIGN", t0, t0 + 10, 100.0)))
+    send(running, error_event(t0 + 10))
+    status, result = send(running, event("completed", t0 + 10))
+    assert status == 200
+    rows = {row["task_id"]: row for row in result["task_rows"]}
+    assert rows["2"]["seconds"] == 0.0 and rows["2"]["joules"] == 0.0
+    assert rows["2"]["start"] == rows["2"]["end"] == pytest.approx(result["start"] + 8.0), "placed at its submission"
+    assert rows["1"]["joules"] == pytest.approx(10 * watts(1.0)) == pytest.approx(result["joules"]["node"])
+    assert any("1 task(s) were submitted but never started" in n for n in result["notes"]), result["notes"]
+
+
+def test_task_rows_are_in_wall_time_as_the_run_is_after_a_step_of_the_system_clock(tmp_path: Path) -> None:
+    """The run's start and end are wall time (agent stamps + the step); its task rows were left
+    on the agent's stamps, an hour before the run, and the report's bars drawn off its canvas."""
+    from joulesched.measurement.weblog_report import render_html
+
+    clock = SteppedClock()
+    running = start(tmp_path, clock)  # type: ignore[arg-type]  # it ticks as FakeClock does
+    try:
+        running.agent.step()
+        clock.set_ahead(3600.0)
+        result = drive(running, two_process_run(clock.now))
+    finally:
+        running.server.shutdown()
+        running.server.server_close()
+        running.agent.stop()
+    assert result["start"] == pytest.approx(clock.now - 12.0)
+    at = {row["name"]: (row["start"] - result["start"], row["end"] - result["start"]) for row in result["task_rows"]}
+    assert at == {
+        "FASTQC (1)": (pytest.approx(2.0), pytest.approx(6.0)),
+        "FASTQC (2)": (pytest.approx(2.0), pytest.approx(8.0)),
+        "MULTIQC (3)": (pytest.approx(8.0), pytest.approx(11.0)),
+    }
+    page = render_html(result)
+    xs = [float(x) for x in re.findall(r'<rect x="([-0-9.]+)" y="\d+" width="[0-9.]+" height="11"', page)]
+    assert len(xs) == 3 and all(10.0 <= x <= 710.0 for x in xs), xs
+
+
+def test_a_source_that_opens_during_a_run_is_in_neither_its_energy_nor_its_tasks(tmp_path: Path) -> None:
+    """A BMC (whole-server reading) opens mid-run: the run's energy is on RAPL (the zones read at
+    both its edges), and so is every segment, so tasks + outside equal it (the segments after the
+    BMC opened were on the BMC's basis: 2 700 J of tasks for a 1 100 J run)."""
+    from joulesched.measurement.config import AgentConfig, SourcesConfig
+    from joulesched.measurement.errors import SourceFailed
+    from joulesched.measurement.meter import Pending
+    from joulesched.measurement.sampler import Sampler
+    from joulesched.measurement.sources.base import Roots
+    from joulesched.measurement.sources.registry import open_sources
+    from joulesched.measurement.weblog import WeblogRuns
+    from tests.measurement.fakes import FakeClock, FakeSource, FakeZone
+    from tests.measurement.replica import PowercapTree
+
+    roots = Roots(
+        sysfs=str(tmp_path / "sys"),
+        procfs=str(tmp_path / "proc"),
+        cgroup=str(tmp_path / "cg"),
+        dev=str(tmp_path / "dev"),
+    )
+    powercap = PowercapTree(Path(roots.sysfs))
+    powercap.add("intel-rapl:0", "package-0", energy_uj=5_000_000_000)
+    clock = FakeClock()
+    up = [False]
+
+    def bmc() -> FakeSource:
+        if not up[0]:
+            raise SourceFailed("ipmi_dcmi: session timeout")
+        return FakeSource("ipmi_dcmi", [FakeZone("chassis", "platform", "power", clock, 300.0)])
+
+    config = AgentConfig(roots=roots, sources=SourcesConfig(order=("rapl_sysfs", "ipmi_dcmi")))
+    sampler = Sampler(
+        config,
+        open_sources(("rapl_sysfs",), {}, roots, clock).sources,
+        node="n1",
+        clock=clock,
+        pending=[Pending("ipmi_dcmi", bmc, "ipmi_dcmi: session timeout")],
+    )
+    sampler.sample()
+    runs = WeblogRuns(sampler, clock, 1.0)
+    t0 = clock()
+    assert runs.handle(event("started", t0), True)[0] == 201
+    runs.handle(event("process_started", t0, task(1, "ALIGN", t0)), True)
+    for i in range(10):
+        up[0] = up[0] or i == 2  # the BMC opens during the task
+        clock.tick()
+        powercap.advance("intel-rapl:0", 110.0)
+        sampler.sample()
+        runs.handle(event("process_submitted", clock(), task(100 + i, "PROBE", clock())), True)  # reads
+    assert sampler.meter.layout.platform == "ipmi_dcmi"
+    runs.handle(event("process_completed", clock(), task(1, "ALIGN", t0, clock(), 100.0)), True)
+    status, result = runs.handle(event("completed", clock()), True)
+    assert status == 200 and result["sources"] == ["rapl_sysfs"]
+    assert result["joules"]["node"] == pytest.approx(10 * 110.0)
+    tasks = sum(row["joules"] for row in result["task_rows"])
+    assert tasks == pytest.approx(10 * 110.0)
+    assert tasks + result["outside_tasks_joules"] == pytest.approx(result["joules"]["node"], abs=1e-9)
+    assert any("read at only one edge" in n and "ipmi_dcmi/chassis" in n for n in result["notes"]), result["notes"]
+
+
+def test_runs_with_no_event_for_the_idle_bound_give_back_their_windows(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Head jobs killed without error or completed: their runs held windows for good, and once
+    the open-window limit was reached every new run and POST /v1/windows got 429."""
+    from joulesched.measurement import sampler as sampler_module
+    from joulesched.measurement.weblog import IDLE_SECONDS
+
+    monkeypatch.setattr(sampler_module, "MAX_WINDOWS", 3)
+    running.agent.step()
+    dead = [f"dead-{i}" for i in range(3)]
+    for run_id in dead:
+        assert send(running, {**event("started", running.clock.now), "runId": run_id})[0] == 201
+        running.step(seconds=1.0)
+        assert send(running, {**event("process_submitted", running.clock.now, task(1, "A", 0)), "runId": run_id})[0]
+    assert send(running, {**event("started", running.clock.now), "runId": "new"})[0] == 429
+    assert running.request("POST", "/v1/windows", {"label": "x"})[0] == 429
+    running.clock.tick(IDLE_SECONDS - 2.0)  # dead-0's last event is IDLE_SECONDS old, dead-1's and dead-2's younger
+    running.agent.step()
+    status, doc = running.request("POST", "/v1/windows", {"label": "x"})[:2]
+    assert status == 201, doc
+    assert [running.request("GET", f"/v1/weblog/{r}")[1].get("open") for r in dead] == [None, True, True]
+    running.clock.tick(2.0)
+    assert send(running, {**event("started", running.clock.now), "runId": "new"})[0] == 201
+    status, result = running.request("GET", "/v1/weblog/dead-2")[:2]
+    assert status == 200 and result["run"]["outcome"] == "abandoned"
+    assert result["seconds"] == pytest.approx(1.0), "closed at its last event"
+    assert any("no error or completed: closed as abandoned at its last event" in n for n in result["notes"])
+    late = {**event("process_completed", running.clock.now, task(1, "A", 0, 1, 100.0)), "runId": "dead-2"}
+    assert send(running, late) == (200, {"runId": "dead-2", "closed": True, "event": "process_completed"})
+
+
+def test_tasks_past_the_limit_are_counted_in_a_note(running: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    from joulesched.measurement import weblog
+
+    monkeypatch.setattr(weblog, "MAX_TASKS", 2)
+    running.agent.step()
+    t0 = running.clock.now
+    send(running, event("started", t0))
+    for k in (1, 2, 3):
+        send(running, event("process_submitted", t0, task(k, "A", t0)))
+        send(running, event("process_started", t0, task(k, "A", t0)))
+    running.step(seconds=5.0)
+    for k in (1, 2, 3):
+        send(running, event("process_completed", t0 + 5, task(k, "A", t0, t0 + 5, 100.0)))
+    status, result = send(running, event("completed", t0 + 5))
+    assert status == 200 and result["run"]["tasks"]["process_completed"] == 3
+    assert [row["task_id"] for row in result["task_rows"]] == ["1", "2"]
+    assert any("1 task(s) past the first 2 of the run were not tracked" in n for n in result["notes"]), result["notes"]

@@ -70,3 +70,26 @@ def test_flags_that_do_not_apply_are_refused(
         weblog_report.main([*argv, "-o", str(tmp_path / "run.html")])
     assert done.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"joulesched weblog-report: error: {said}"
+
+
+@pytest.mark.parametrize(
+    ("agent", "said"),
+    [
+        ("localhost:9102", "must be http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9102"),
+        ("127.0.0.1:9102", "must be http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9102"),
+        ("ftp://agent:9102", "must be http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9102"),
+        ("http://:9102", "must be http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9102"),
+        ("http://[::1", "not a URL (Invalid IPv6 URL); give http://HOST:PORT, e.g. http://127.0.0.1:9102"),
+        ("http://agent:x", "not a URL (Port could not be cast to integer value as 'x'); give http://HOST:PORT"),
+    ],
+    ids=["no scheme", "an address and port", "not http", "no host", "a bad IPv6 literal", "a port that is no number"],
+)
+def test_an_agent_url_that_is_not_one_names_the_flag_before_anything_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], agent: str, said: str
+) -> None:
+    """Checked before the token file is read or the agent asked: exit 2 and one line naming
+    --agent, as for the other bad flags (it was exit 1, "unknown url type" or a bare "Invalid IPv6 URL")."""
+    argv = ["--agent", agent, "--run", "r1", "--token-file", str(tmp_path / "no-token"), "-o", str(tmp_path / "x.html")]
+    assert weblog_report.main(argv) == 2
+    assert one_line(capsys).startswith(f"joulesched weblog-report: --agent {agent}: {said}")
+    assert not (tmp_path / "x.html").exists()
