@@ -529,7 +529,8 @@ def _parse_carbon_api(value: Any, path: str, check: Checker, base_dir: Path | No
         if key not in API_FIELDS and str(key).lower() in SECRET_WORDS:
             check.problem(
                 f"{path}.{key}",
-                "secrets do not go in the site file: put it in a file (token_file) or an environment variable (token_env)",
+                "secrets do not go in the site file: put it in a file (token_file) or an environment variable (token_env)"
+                " (docs/carbon.md, Credentials)",
             )
     check.unknown_keys(
         {k: v for k, v in body.items() if str(k).lower() not in SECRET_WORDS or k in API_FIELDS}, API_FIELDS, path

@@ -372,7 +372,10 @@ def _scenarios(text: str) -> list[tuple[str, int]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="joulesched bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="joulesched bench",
+        description="Measure the extender's latency and throughput against a constant-score floor, on loopback.",
+    )
     p.add_argument(
         "--requests", type=COUNT, default=400, help="measured requests per scenario and connection (1 or more)"
     )

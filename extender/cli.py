@@ -2,11 +2,14 @@
 
     joulesched extender [--config FILE] [--listen HOST:PORT] [--workers N] [--log-format text|json]
     joulesched extender --demo [--config FILE]
+    joulesched extender --check [--config FILE] [--listen HOST:PORT] [--workers N]
 
 With no config it serves the shipped example node profiles. ``--demo`` starts it on a free
 loopback port, sends one scripted pod through filter, prioritize and explain over HTTP (under the
 config's ``prefix``), for every node of the profile file, prints the scores and stops; a config
-whose ``profiles.source`` is not ``file``, or that serves TLS, is refused.
+whose ``profiles.source`` is not ``file``, or that serves TLS, is refused. ``--check`` validates
+the config and the files it names, prints one line and exits (0, or 2 with the problems)
+without serving or contacting anything (:func:`check_config`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -34,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
         help="start on loopback, score one example pod on the nodes of the profile file, print, stop",
     )
     p.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the config and the files it names (profile file, TLS and secret files, kubeconfig), print one"
+        " line and exit: 0 when all is well, 2 with the problems; serves nothing and contacts nothing",
+    )
+    p.add_argument(
         "--log-format",
         default="text",
         choices=LOG_FORMATS,
@@ -49,13 +59,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str]) -> int:
     p = _parser()
     args = p.parse_args(list(argv))
+    if args.demo and args.check:
+        p.error("argument --check: not with --demo")
     if args.demo:
         for flag, value in (("--listen", args.listen), ("--workers", args.workers)):
             if value is not None:
                 p.error(f"argument {flag}: not with --demo (the demo serves on a free loopback port, one worker)")
     # prometheus-client picks its multiprocess value class when first imported: the
     # directory must be in the environment before anything imports it.
-    if not args.demo and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if not args.demo and not args.check and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="joulesched-metrics-")
     setup_logging("info", args.log_format)
     from joulesched.extender.config import load_config
@@ -68,6 +80,9 @@ def main(argv: Sequence[str]) -> int:
         config = load_config(args.config).with_listen(args.listen)
         if args.workers is not None:
             config = replace(config, server=replace(config.server, workers=args.workers))
+        if args.check:
+            print(f"joulesched extender --check: ok: {check_config(config, args.config)}")
+            return 0
         refused = _demo_refuses(config, args.config) if args.demo else None
         if refused:
             print(f"joulesched extender: --demo: {refused}", file=sys.stderr)
@@ -88,6 +103,44 @@ def main(argv: Sequence[str]) -> int:
         return 2
     serve(config, args.log_format)
     return 0
+
+
+def check_config(config: Any, path: str | None) -> str:
+    """What ``--check`` found, in one line; ``ConfigError`` when the profile file has problems.
+
+    :func:`~extender.config.load_config` has already validated the config and found every file
+    it names readable (profile file, TLS, tenant secrets, kubeconfig). Here the profile file of
+    the ``file`` source is read and validated as the extender reads it at start. Nothing is
+    contacted: not Prometheus, the registrar or InfluxDB, nor the Kubernetes API; with no
+    ``kubeconfig`` the in-cluster service account is what a pod gets, not checked here.
+    """
+    said = [path or "the built-in defaults"]
+    if config.source == "file":
+        from joulesched.extender.profiles import read_profile_file
+
+        profiles = read_profile_file(config.file_path)
+        said.append(f"{len(profiles.nodes)} node profiles from {config.file_path}")
+        max_age = config.policy.max_age_seconds
+        stale = sum(1 for n in profiles.nodes if n.updated is not None and time.time() - n.updated > max_age)
+        if stale:  # not a problem of the file: a file rewritten by a measuring job is fresh when served
+            said[-1] += f" ({stale} with an `updated` time over {max_age:g} s old now: they would score neutral)"
+    elif config.source == "prometheus":
+        said.append(f"profiles from Prometheus at {config.prometheus_url} (not contacted)")
+    else:
+        said.append(f"profiles from the NADIKI registrar at {config.tenant.registrar_url} (not contacted)")
+    if config.server.tls_cert_file:
+        mutual = ", mutual TLS" if config.server.tls_client_ca_file else ""
+        said.append(f"HTTPS{mutual} on {config.listen}")
+    else:
+        said.append(f"HTTP on {config.listen}")
+    uses_api = config.watch_pods or config.watch_nodes or (config.bind_enabled and config.bind_write)
+    if config.kubeconfig:
+        said.append(f"kubeconfig {config.kubeconfig}" + ("" if uses_api else " (read by nothing this config serves)"))
+    elif uses_api:
+        said.append("Kubernetes API through the in-cluster service account (not checked here)")
+    workers = config.server.workers
+    said.append(f"{workers} worker{'s' if workers != 1 else ''}")
+    return "; ".join(said)
 
 
 def _workers_problem(workers: int) -> str | None:

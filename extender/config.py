@@ -163,7 +163,9 @@ class ExtenderConfig:
         "watch nodes for that label (RBAC: list/watch nodes); in Nodes mode the labels come with each request",
         key="servers.watch_nodes",
     )
-    kubeconfig: str = setting("", "kubeconfig for the watches and the binder", shown="in-cluster")
+    kubeconfig: str = setting(
+        "", "kubeconfig for the watches and the binder (relative to the config file; must be readable when set)", shown="in-cluster"
+    )
     server: ServerConfig = setting(doc="gunicorn", factory=ServerConfig)
 
     def with_listen(self, listen: str | None) -> ExtenderConfig:
@@ -181,8 +183,14 @@ def _check_listen(value: str, path: str, check: Checker) -> None:
         check.problem(path, f"must be HOST:PORT with a port in 1..65535, got {value!r}")
 
 
-def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> ExtenderConfig:
-    """Validate an extender config mapping; ``ConfigError`` lists every problem at once."""
+def parse_config(doc: Any, where: str, base_dir: Path | None = None, *, profile_file: bool = False) -> ExtenderConfig:
+    """Validate an extender config mapping; ``ConfigError`` lists every problem at once.
+
+    Paths in it are taken relative to ``base_dir`` (the config file's folder). The files read
+    at start — TLS, the tenant source's secrets, ``kubeconfig`` — must be readable; so must the
+    profile file of the ``file`` source where ``profile_file`` is set (:func:`load_config`:
+    tests that hand in their own source name none).
+    """
     check = Checker(where)
     config = read_settings(ExtenderConfig, doc, check, "")
     # the forms the field specs do not say
@@ -192,6 +200,17 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None) -> Extender
         check.problem("prefix", f"must start with '/' and not end with '/', got {prefix!r}")
     if base_dir is not None and not Path(config.file_path).is_absolute():
         config = replace(config, file_path=str(base_dir / config.file_path))
+    if profile_file and config.source == "file":  # named here, not by the profile reader's "cannot read"
+        problem = unreadable(config.file_path)
+        if problem:
+            check.problem("profiles.file.path", f"{config.file_path}: {problem}")
+    if config.kubeconfig:
+        # read by the kubernetes client in each worker, retried for ever when it fails: check it now
+        if base_dir is not None and not Path(config.kubeconfig).is_absolute():
+            config = replace(config, kubeconfig=str(base_dir / config.kubeconfig))
+        problem = unreadable(config.kubeconfig)
+        if problem:
+            check.problem("kubeconfig", f"{config.kubeconfig}: {problem}")
     config = replace(config, server=_check_tls(config.server, base_dir, check))
     prom_url = config.prometheus_url
     if config.source == "prometheus" and not prom_url:
@@ -265,7 +284,7 @@ def load_config(path: str | None) -> ExtenderConfig:
         return ExtenderConfig()
     file = Path(path)
     doc = read_yaml(file)
-    return parse_config(doc, str(file), base_dir=file.parent)
+    return parse_config(doc, str(file), base_dir=file.parent, profile_file=True)
 
 
 def mapping_or_empty(value: Any) -> Mapping[str, Any]:

@@ -32,22 +32,33 @@ EXAMPLE_POD: dict[str, Any] = {
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0, path: str = "/readyz") -> None:
-    """Until ``GET path`` answers 200 (``/healthz``: the workers serve, whatever the profiles)."""
+    """Until ``GET path`` answers 200 (``/healthz``: the workers serve, whatever the profiles).
+
+    Giving up, the error says what ``path`` last answered (``/readyz`` says why it is not ready).
+    """
     deadline = time.monotonic() + timeout
+    last = "never answered"
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the extender exited with code {proc.returncode} before it was ready")
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
         try:
             conn.request("GET", path)
-            if conn.getresponse().status == 200:
+            reply = conn.getresponse()
+            if reply.status == 200:
                 return
-        except OSError:
+            last = f"answered {reply.status}: {_one_line(reply.read())}"
+        except (OSError, http.client.HTTPException):
             pass
         finally:
             conn.close()
         time.sleep(0.1)
-    raise RuntimeError(f"the extender on port {port} was not ready after {timeout:.0f} s")
+    raise RuntimeError(f"the extender on port {port} was not ready after {timeout:.0f} s; GET {path} {last}")
+
+
+def _one_line(body: bytes, limit: int = 500) -> str:
+    text = " ".join(body.decode("utf-8", errors="replace").split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def start_extender(
@@ -90,9 +101,22 @@ def run_demo(config_path: str | None, prefix: str = "/scheduler", names: Sequenc
     # would stop it), and it is shown when the child fails.
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # connects at its first request
         try:
-            wait_ready(port, proc)
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            # The profile file is read before the workers serve and only ages after: once they
+            # serve, /readyz says for good whether the demo's pod would be scored.
+            wait_ready(port, proc, path="/healthz")
+            conn.request("GET", "/readyz")
+            reply = conn.getresponse()
+            ready = _one_line(reply.read())
+            if reply.status != 200:  # what the extender logged says nothing more
+                print(
+                    f"joulesched extender --demo: the extender is not ready, GET /readyz answered {reply.status}:"
+                    f" {ready} (a profile whose `updated` time is older than policy.max_age_seconds is stale;"
+                    " leave `updated` out of a static profile: docs/configuration.md, \"Node profiles\")",
+                    file=sys.stderr,
+                )
+                return 1
 
             def post(verb: str, body: dict[str, Any]) -> Any:
                 conn.request("POST", f"{verbs}/{verb}", orjson.dumps(body), {"Content-Type": "application/json"})
@@ -102,38 +126,51 @@ def run_demo(config_path: str | None, prefix: str = "/scheduler", names: Sequenc
                     raise RuntimeError(f"{verbs}/{verb}: HTTP {reply.status}: {data.decode(errors='replace')}")
                 return orjson.loads(data)
 
-            conn.request("GET", "/readyz")
-            ready = conn.getresponse().read().decode().strip()
             args = {"Pod": EXAMPLE_POD, "NodeNames": nodes}
             filtered = post("filter", args)
             scores = post("prioritize", args)
             explain = post("explain", args)
-            conn.close()
         except (RuntimeError, OSError, http.client.HTTPException) as err:
             print(f"joulesched extender --demo: {err}", file=sys.stderr)
             _show_child_stderr(proc, log)
             return 1
         finally:
+            conn.close()
             stop(proc, 15)
-    print(f"extender on 127.0.0.1:{port} — {ready}")
+    lines = [f"extender on 127.0.0.1:{port} — {ready}", *report_lines(filtered, scores, explain)]
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # the reader stopped reading (``| head``): nothing left to say
+        # the interpreter flushes stdout again at exit: point it at /dev/null so that says nothing either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0
+
+
+def report_lines(filtered: dict[str, Any], scores: list[dict[str, Any]], explain: dict[str, Any]) -> list[str]:
+    """What the demo prints after its first line: the pod, a row a node, the prioritize reply.
+
+    The node column is as wide as the longest name, so the numbers stay in their columns.
+    """
     demand = explain["demand"]
-    print(
+    out = [
         f"pod {explain['pod']['namespace']}/{explain['pod']['name']}: {demand['cpu_cores']:g} cores, "
         f"strategy {explain['policy']['strategy']}, runtime {demand['runtime_seconds']:.0f} s (reference)"
-    )
+    ]
     passed = set(filtered["NodeNames"])
-    print(f"\n{'node':<14}{'score':>6}{'Δ watts':>10}{'energy kJ':>11}{'CO2e g':>9}  filter")
+    width = max([12, *(len(hp["Host"]) for hp in scores)]) + 2
+    out.append(f"\n{'node':<{width}}{'score':>6}{'Δ watts':>10}{'energy kJ':>11}{'CO2e g':>9}  filter")
     by_host = {e["node"]: e for e in explain["nodes"]}
     for hp in sorted(scores, key=lambda h: -h["Score"]):
         e = by_host[hp["Host"]].get("estimate", {})
         verdict = "pass" if hp["Host"] in passed else filtered["FailedAndUnresolvableNodes"].get(hp["Host"], "fail")
-        print(
-            f"{hp['Host']:<14}{hp['Score']:>6}{e.get('marginal_watts', 0):>10.1f}"
+        out.append(
+            f"{hp['Host']:<{width}}{hp['Score']:>6}{e.get('marginal_watts', 0):>10.1f}"
             f"{(e.get('energy_joules') or 0) / 1000:>11.1f}{e.get('carbon_grams') or 0:>9.1f}  {verdict}"
         )
-    print("\nprioritize answered (the exact JSON kube-scheduler reads):")
-    print(orjson.dumps(scores).decode())
-    return 0
+    out.append("\nprioritize answered (the exact JSON kube-scheduler reads):")
+    out.append(orjson.dumps(scores).decode())
+    return out
 
 
 def _example_names() -> list[str]:

@@ -9,6 +9,7 @@ agent's ``GET /v1/profile`` and the simulator's cluster. A document is a mapping
       - name: node-a               # the Kubernetes node name
         site: dc-north
         cores: 64                  # logical CPUs the power curve spans
+        memory_bytes: 549755813888 # the node's memory (optional; carried, not scored)
         power_curve_watts: [56.8, 100, 116, 130, 143, 162, 191, 211, 231, 250, 268]
         # ... or a linear model instead of a curve:
         # idle_watts: 56.8
@@ -17,10 +18,17 @@ agent's ``GET /v1/profile`` and the simulator's cluster. A document is a mapping
         utilisation: 0.25          # measured CPU utilisation 0..1 (default 0)
         measured_watts: 140        # measured wall power now (optional)
         power_cap_watts: 300       # hard cap (optional)
-        updated: 1764400000.0      # unix time of the measurement (absent: a static profile)
+        # pue: 1.2                 # overrides the site's (optional; so does carbon_intensity)
+        # carbon_intensity: 80
+        # updated: 1764400000.0    # unix time of the measurement: absent, a static profile that
+        #                          # is always fresh; set, the node scores neutral once it is
+        #                          # older than policy.max_age_seconds (120 s by default)
         gpus: {count: 8, idle_watts: 60, max_watts: 700, speed: 1.0, utilisation: 0.0}
         idle_power: autoscaled     # autoscaled | power-managed | always-on (default: the policy's)
-        held_until: 1764403600.0   # unix time its current pods keep it powered anyway (optional)
+        held_until: 0              # unix time its current pods keep it powered anyway (optional;
+                                   # absent: unknown; 0 or past: an empty node)
+        server_id: host-17         # the physical server's id (provider mode; optional)
+        sources: [rapl_sysfs, ipmi_dcmi]  # energy sources that measured it (the agent writes it)
 
 The power curve has 11 points: watts at 0 %, 10 %, … 100 % CPU load, as SPECpower results
 publish them. A linear model ``idle + watts_per_core × busy cores`` is turned into the same
@@ -233,11 +241,14 @@ def _parse_node(item: Any, path: str, sites: Mapping[str, Site], check: Checker)
             site = sites[site_name]
         else:
             check.problem(f"{path}.site", f"unknown site {site_name!r} (defined: {', '.join(sorted(sites)) or 'none'})")
+    # The curve key decides the model: a curve that is given but wrong is its own problem, and
+    # the linear model's keys are then not asked for as well.
+    curve_given = body.get("power_curve_watts") is not None
     curve = check.numbers(body, "power_curve_watts", path, length=CURVE_POINTS, minimum=0.0)
-    if curve is not None:
+    if curve_given:
         if "idle_watts" in body or "watts_per_core" in body:
             check.problem(path, "give either power_curve_watts or idle_watts + watts_per_core, not both")
-        elif any(b < a for a, b in pairwise(curve)):
+        elif curve is not None and any(b < a for a, b in pairwise(curve)):
             check.problem(f"{path}.power_curve_watts", "must not decrease with load")
     else:
         idle = check.number(body, "idle_watts", path, minimum=0.0)

@@ -262,7 +262,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
 
     demo = sub.add_parser("demo", help="the shipped example end to end (under a minute)")
-    demo.add_argument("--out", default="sim-demo", metavar="DIR")
+    demo.add_argument("--out", default="sim-demo", metavar="DIR", help="report folder (created; default: sim-demo)")
     demo.add_argument("--seed", type=SEED, default=0, help="0 or more (default 0)")
     demo.add_argument("--extender-url", action="append", metavar="URL", help="as for run (auto: start extenders)")
     demo.add_argument(

@@ -66,6 +66,69 @@ def test_every_problem_in_a_profile_document_is_reported_with_its_path() -> None
         assert expected in text, expected
 
 
+@pytest.mark.parametrize(
+    ("model", "problems"),
+    [
+        pytest.param(
+            {"power_curve_watts": CURVE[:10]},
+            ["nodes[0].power_curve_watts: must have 11 entries, got 10"],
+            id="a curve of 10 points",
+        ),
+        pytest.param(
+            {"power_curve_watts": "flat"},
+            ["nodes[0].power_curve_watts: must be a list of numbers, got string"],
+            id="a curve that is not a list",
+        ),
+        pytest.param(
+            {"power_curve_watts": [*CURVE[:10], "x"]},
+            ["nodes[0].power_curve_watts[10]: must be a finite number, got 'x'"],
+            id="a curve with a word in it",
+        ),
+        pytest.param(
+            {"power_curve_watts": CURVE[:10], "idle_watts": 50},
+            [
+                "nodes[0].power_curve_watts: must have 11 entries, got 10",
+                "nodes[0]: give either power_curve_watts or idle_watts + watts_per_core, not both",
+            ],
+            id="a wrong curve and half a linear model",
+        ),
+        pytest.param(
+            {},
+            ["nodes[0].idle_watts: is required", "nodes[0].watts_per_core: is required"],
+            id="no power model at all",
+        ),
+        pytest.param(
+            {"power_curve_watts": None, "idle_watts": 50},
+            ["nodes[0].watts_per_core: is required"],
+            id="a null curve and half a linear model",
+        ),
+    ],
+)
+def test_the_linear_models_keys_are_asked_for_only_without_a_curve(model: dict, problems: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_profiles({"nodes": [{"name": "a", "cores": 8, **model}]}, "nodes.yaml")
+    assert caught.value.problems == problems
+
+
+def test_the_example_at_the_top_of_policy_profile_is_a_valid_document_that_is_never_stale() -> None:
+    # docs/configuration.md sends readers to it: copied as it is, it must serve (a fixed
+    # `updated` time would make every node stale, and the extender not ready, once it is past)
+    import textwrap
+
+    import yaml
+
+    from joulesched.policy import profile
+
+    doc = profile.__doc__ or ""
+    example = textwrap.dedent(doc[doc.index("    sites:") : doc.index("\nThe power curve")])
+    profiles = parse_profiles(yaml.safe_load(example), "policy/profile.py")
+    assert [n.name for n in profiles.nodes] == ["node-a"]
+    assert profiles.nodes[0].updated is None  # a static profile: fresh at any time
+    # the example shows every field a node may have, some commented out
+    commented = {line.strip().lstrip("# ").split(":")[0] for line in example.splitlines() if line.strip().startswith("# ")}
+    assert set(yaml.safe_load(example)["nodes"][0]) | commented >= set(profile.NODE_FIELDS)
+
+
 def test_policy_document_defaults_and_problems() -> None:
     check = Checker("policy.yaml")
     assert parse_policy(None, check) == PolicyConfig()

@@ -334,7 +334,7 @@ def test_unreadable_and_invalid_yaml_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_site_file(tmp_path / "absent.yaml")
     (tmp_path / "broken.yaml").write_text("sites: {north: [unclosed\n")
-    with pytest.raises(ConfigError, match=r"broken\.yaml: 1 problem\n  not valid YAML"):
+    with pytest.raises(ConfigError, match=r"broken\.yaml: 1 problem\n  line 2, column 1: not valid YAML: "):
         load_site_file(tmp_path / "broken.yaml")
 
 

@@ -102,3 +102,14 @@ def test_demo_shows_what_the_extender_said_when_it_fails(tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert "the extender exited with code 2 before it was ready" in err
     assert f"joulesched extender: {missing}: 1 problem" in err and "cannot read" in err
+
+
+def test_bench_help_is_plain_text() -> None:
+    # `joulesched bench` lives in extender/bench.py; its description was its docstring's RST
+    done = subprocess.run([sys.executable, "-m", "joulesched", "bench", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    description = done.stdout.split("\n\n")[1]
+    assert " ".join(description.split()) == (
+        "Measure the extender's latency and throughput against a constant-score floor, on loopback."
+    )
+    assert "``" not in done.stdout

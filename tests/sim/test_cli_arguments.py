@@ -245,3 +245,11 @@ def test_run_kube_into_a_file_is_refused_before_replaying(tmp_path: Path, capsys
     argv = ["sim", "run", "--scheduler", "kube", "--trace", str(SMALL), "--cluster", str(EXAMPLE), "--out", str(afile)]
     assert joulesched(argv) == 2
     assert one_line_error(capsys) == f"joulesched sim: --out {afile}: is a file, not a folder"
+
+
+def test_demo_help_says_where_the_report_goes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        joulesched(["sim", "demo", "--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help to the terminal
+    assert "--out DIR report folder (created; default: sim-demo)" in out
