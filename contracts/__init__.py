@@ -1,14 +1,15 @@
 """Shared contracts: metric names (``names``), the YAML reader (``documents``), site files and
 carbon-intensity series (``sitefile``), live carbon-intensity APIs (``carbon_apis``), the
 NADIKI server objects (``nadiki``) and their reading back by a tenant (``nadiki_read``), and
-the generated metrics reference (``docgen``).
+the generated metrics reference (``docgen``), the commands' bounded numbers (``cliargs``).
 
 Error hierarchy::
 
     ContractError                 root of the errors this package defines (``contracts/errors.py``)
-carbon-intensity series (``sitefile``), live carbon-intensity APIs (``carbon_apis``), the
-NADIKI server objects (``nadiki``) and their reading back by a tenant (``nadiki_read``), and
-the generated metrics reference (``docgen``).
+    ├── CarbonApiError            a live carbon-intensity API failed or answered nonsense
+    ├── NadikiReadError           the registrar or InfluxDB could not be read
+    ├── SeriesFileError           a carbon-intensity series file is wrong
+    └── documents.DuplicateKeys   a YAML document gives a mapping key twice
 
     policy.errors.ConfigError     a document (config, site file) cannot be read, parsed or
                                   validated: what :func:`documents.read_yaml` and

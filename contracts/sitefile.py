@@ -60,12 +60,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-import yaml
 
 from joulesched.contracts.carbon_apis import PROVIDERS, ApiSettings, Secret, open_source
 from joulesched.contracts.carbon_apis.uk_grid import REGION_IDS
-from joulesched.contracts.documents import read_yaml
+from joulesched.contracts.documents import parse_yaml, read_yaml
 from joulesched.contracts.errors import CarbonApiError, SeriesFileError
+from joulesched.policy.errors import ConfigError
 from joulesched.policy.site import (
     OUTSIDE_POLICIES,
     CarbonIntensitySource,
@@ -648,11 +648,16 @@ def _parse_nadiki(value: Any, path: str, check: Checker, base_dir: Path | None) 
             resolved = _resolve(file, base_dir)
             try:
                 raw = resolved.read_bytes()
-                loaded = orjson.loads(raw) if resolved.suffix == ".json" else yaml.safe_load(raw)
+                loaded = orjson.loads(raw) if resolved.suffix == ".json" else parse_yaml(raw.decode("utf-8"), str(resolved))
             except OSError as err:
                 check.problem(f"{path}.facility_file", f"{resolved}: cannot read: {err.strerror or err}")
-            except (orjson.JSONDecodeError, yaml.YAMLError) as err:
-                check.problem(f"{path}.facility_file", f"{resolved}: not valid JSON/YAML: {err}")
+            except orjson.JSONDecodeError as err:
+                check.problem(f"{path}.facility_file", f"{resolved}: not valid JSON: {err}")
+            except UnicodeDecodeError as err:
+                check.problem(f"{path}.facility_file", f"{resolved}: not UTF-8 text: byte at offset {err.start}")
+            except ConfigError as err:  # not YAML, or a key given twice
+                for problem in err.problems:
+                    check.problem(f"{path}.facility_file", f"{resolved}: {problem}")
             else:
                 out["facility"] = _facility(loaded, f"{path}.facility_file", check)
     elif "facility" in body:

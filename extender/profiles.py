@@ -26,10 +26,10 @@ from urllib.parse import urlencode, urlsplit
 
 import numpy as np
 import orjson
-import yaml
 from cachetools import TTLCache
 
 from joulesched.contracts import names as m
+from joulesched.contracts.documents import parse_yaml
 from joulesched.extender.logsafe import escape
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.profile import GpuProfile, NodeArrays, NodeProfile, ProfileSet, Site, linear_curve
@@ -95,10 +95,17 @@ def read_profile_file(path: str) -> ProfileSet:
         raw = file.read_bytes()
     except OSError as err:
         raise ConfigError(str(file), [f"cannot read: {err.strerror or err}"]) from err
-    try:
-        doc = orjson.loads(raw) if file.suffix == ".json" else yaml.safe_load(raw)
-    except (orjson.JSONDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(str(file), [f"not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {err}"]) from err
+    if file.suffix == ".json":
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            raise ConfigError(str(file), [f"not valid JSON: {err}"]) from err
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(str(file), [f"not UTF-8 text: byte {raw[err.start]:#04x} at offset {err.start}"]) from err
+        doc = parse_yaml(text, str(file))  # a key given twice is a problem, as in every YAML file read
     profiles = parse_profiles(doc, str(file))
     if not profiles.nodes:  # an empty file (one truncated as it is rewritten) is not a cluster of no nodes
         raise ConfigError(str(file), ["nodes: none given (a profile file names at least one node)"])

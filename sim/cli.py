@@ -24,11 +24,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import yaml
-
 from joulesched.contracts.cliargs import number
+from joulesched.contracts.documents import read_yaml
 from joulesched.policy.config import PolicyConfig, parse_policy
-from joulesched.policy.errors import ConfigError, PolicyError
+from joulesched.policy.errors import PolicyError
 from joulesched.policy.forecast import FORECASTS
 from joulesched.policy.validate import Checker
 from joulesched.sim.cluster import ClusterSpec, load_cluster
@@ -302,12 +301,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def load_policy(path: str | None) -> PolicyConfig:
     if path is None:
         return PolicyConfig()
-    try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(path, [f"cannot read: {err.strerror or err}"]) from err
-    except yaml.YAMLError as err:
-        raise ConfigError(path, [f"not valid YAML: {err}"]) from err
+    doc = read_yaml(path)
     check = Checker(path)
     root = check.mapping(doc, "")
     check.unknown_keys(root, ("policy",), "")

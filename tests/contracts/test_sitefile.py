@@ -381,3 +381,14 @@ def test_a_site_without_carbon_data_has_an_unknown_intensity_not_zero() -> None:
             catalogue.sites[name].carbon.integral(0.0, 3600.0)
     assert catalogue.sites["lab"].pue == 1.2
     assert catalogue.sites["zero"].carbon == ConstantIntensity(0.0)  # given as 0: 0
+
+
+def test_a_facility_file_giving_a_key_twice_names_it_under_the_site(tmp_path: Path) -> None:
+    (tmp_path / "facility.yaml").write_text("id: F-1\nid: F-2\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        parse_site_document(site(nadiki={"facility_file": "facility.yaml"}), "sites.yaml", base_dir=tmp_path)
+    wanted = (
+        f"sites.north.nadiki.facility_file: {tmp_path / 'facility.yaml'}: "
+        "id: given twice in one mapping, at line 1 and again at line 2 (a key appears once)"
+    )
+    assert wanted in err.value.problems, err.value.problems

@@ -67,3 +67,11 @@ def test_a_profile_file_that_breaks_with_no_pod_to_schedule_is_counted_at_readyz
     assert reply.status_code == 200 and b"the last refresh failed" in reply.data  # the last good profiles serve
     (line,) = [ln for ln in client.get("/metrics").get_data(as_text=True).splitlines() if ln.startswith(counter)]
     assert float(line.removeprefix(counter)) >= 1.0  # each refresh due that fails (here every read: reload 1 µs)
+
+
+def test_a_node_field_given_twice_is_a_problem_naming_it_not_the_last_value_silently(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text(f"nodes:\n  - name: mine-1\n    cores: 64\n    cores: 8\n    power_curve_watts: {list(CURVE)}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        FileSource(str(path))
+    assert caught.value.problems == ["nodes[0].cores: given twice in one mapping, at line 3 and again at line 4 (a key appears once)"]

@@ -253,3 +253,14 @@ def test_demo_help_says_where_the_report_goes(capsys: pytest.CaptureFixture[str]
     assert done.value.code == 0
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help to the terminal
     assert "--out DIR report folder (created; default: sim-demo)" in out
+
+
+def test_a_policy_config_giving_a_key_twice_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from joulesched.policy.errors import ConfigError
+    from joulesched.sim.cli import load_policy
+
+    path = tmp_path / "policy.yaml"
+    path.write_text("policy:\n  band: 1\n  band: 2\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_policy(str(path))
+    assert caught.value.problems == ["policy.band: given twice in one mapping, at line 2 and again at line 3 (a key appears once)"]
