@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from joulesched.extender.errors import ExtenderError
+from joulesched.extender.logsafe import escape
 from joulesched.policy.deferral import DEADLINE_ANNOTATION, GATE, MAX_DELAY_ANNOTATION, deferral_from_pod
 from joulesched.policy.errors import PolicyError
 
@@ -41,6 +42,40 @@ MAX_BODY = 4 << 20  # a pod is at most ~1.5 MiB in etcd; an AdmissionReview carr
 
 class ReviewError(ExtenderError, ValueError):
     """An AdmissionReview request that is not one; the message names the field."""
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+
+
+def _field(parent: Mapping[str, Any], key: str, path: str, kind: type) -> Any:
+    """``parent[key]``: absent or null (None), else of type ``kind``; :class:`ReviewError`
+    naming ``path`` otherwise."""
+    value = parent.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise _wrong_type(path, kind, value)
+    return value
+
+
+def _wrong_type(path: str, kind: type, value: Any) -> ReviewError:
+    got = _JSON_TYPES.get(type(value), type(value).__name__)
+    return ReviewError(f"AdmissionReview: {path} must be {_JSON_TYPES[kind]}, got {got}")
+
+
+def check_pod(pod: Mapping[str, Any], path: str = "request.object") -> None:
+    """:class:`ReviewError` naming the first field of ``pod`` the webhook reads that has the
+    wrong JSON type (the API server sends a Pod it has decoded: these come from no API server)."""
+    meta = _field(pod, "metadata", f"{path}.metadata", dict)
+    if meta:
+        _field(meta, "annotations", f"{path}.metadata.annotations", dict)
+        for key in ("name", "generateName", "namespace"):
+            _field(meta, key, f"{path}.metadata.{key}", str)
+    spec = _field(pod, "spec", f"{path}.spec", dict)
+    if spec:
+        gates = _field(spec, "schedulingGates", f"{path}.spec.schedulingGates", list)
+        for i, gate in enumerate(gates or ()):
+            if not isinstance(gate, dict):
+                raise _wrong_type(f"{path}.spec.schedulingGates[{i}]", dict, gate)
+        _field(spec, "nodeName", f"{path}.spec.nodeName", str)
 
 
 def opts_in(pod: Mapping[str, Any]) -> bool:
@@ -78,6 +113,8 @@ def review(body: bytes, namespace: str = "") -> dict[str, Any]:
         doc = json.loads(body)
     except ValueError as err:
         raise ReviewError(f"AdmissionReview: not JSON: {err}") from err
+    except RecursionError:
+        raise ReviewError("AdmissionReview: JSON nested deeper than the webhook reads (no AdmissionReview is)") from None
     if not isinstance(doc, dict):
         raise ReviewError("AdmissionReview: must be a JSON object")
     if doc.get("apiVersion") != REVIEW_API_VERSION or doc.get("kind") != "AdmissionReview":
@@ -90,9 +127,12 @@ def review(body: bytes, namespace: str = "") -> dict[str, Any]:
     if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
         raise ReviewError("AdmissionReview: request.uid must be a non-empty string")
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-    pod = request.get("object")
-    kind = (request.get("kind") or {}).get("kind")
-    if request.get("operation") == "CREATE" and kind == "Pod" and isinstance(pod, dict):
+    kind = _field(_field(request, "kind", "request.kind", dict) or {}, "kind", "request.kind.kind", str)
+    operation = _field(request, "operation", "request.operation", str)
+    _field(request, "namespace", "request.namespace", str)
+    pod = _field(request, "object", "request.object", dict) if operation == "CREATE" and kind == "Pod" else None
+    if pod is not None:
+        check_pod(pod)
         patch, warnings = gate_patch(pod)
         where = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
         if patch and namespace and where != namespace:
@@ -105,18 +145,31 @@ def review(body: bytes, namespace: str = "") -> dict[str, Any]:
         meta = pod.get("metadata") or {}
         log.info(
             "admission %s %s/%s: %s",
-            request["uid"],
-            request.get("namespace", ""),
-            meta.get("name") or meta.get("generateName", ""),
+            escape(request["uid"]),
+            escape(request.get("namespace") or ""),
+            escape(meta.get("name") or meta.get("generateName") or ""),
             "gated" if patch else "unchanged",
         )
     return {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """Every request gets a JSON answer: 400 naming what is wrong with it, 500 (logged with its
+    trace) for a failure of the webhook's own, never a connection closed without one."""
+
     server_version = "joulesched-deferrer"
+    _answered = False
 
     def do_POST(self) -> None:
+        try:
+            self._post()
+        except Exception as err:
+            if self._answered:  # the answer itself failed (the client went away): nothing to say it on
+                raise
+            log.exception("webhook: POST %s failed", escape(self.path))
+            self._send(500, {"error": f"the webhook failed: {type(err).__name__}: {err}"[:500]})
+
+    def _post(self) -> None:
         if self.path.split("?", 1)[0] != PATH:
             self._send(404, {"error": f"no such path; the webhook is POST {PATH}"})
             return
@@ -128,13 +181,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": f"Content-Length must be 1..{MAX_BODY}"})
             return
         try:
-            answer = review(self.rfile.read(length), getattr(self.server, "namespace", ""))
+            body = self.rfile.read(length)
+        except TimeoutError:
+            self._send(408, {"error": f"the request body of {length} bytes did not arrive in time"})
+            return
+        if len(body) < length:
+            self._send(400, {"error": f"the request body ended after {len(body)} of its Content-Length {length} bytes"})
+            return
+        try:
+            answer = review(body, getattr(self.server, "namespace", ""))
         except ReviewError as err:
             self._send(400, {"error": str(err)})
             return
         self._send(200, answer)
 
     def _send(self, code: int, doc: Mapping[str, Any]) -> None:
+        self._answered = True
         body = json.dumps(doc).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")

@@ -54,6 +54,23 @@ def api_client(kubeconfig: str) -> Any:
     return client.ApiClient()
 
 
+class _BinderApi:
+    """The binder's API client, its own connections where they cover it, and the files its
+    credentials were read from with their stamps (``_file_stamp``) when it was made."""
+
+    __slots__ = ("client", "direct", "files", "stamps")
+
+    def __init__(self, client: Any, direct: ApiConnections | None, files: tuple[str, ...], stamps: tuple[object, ...]) -> None:
+        self.client = client
+        self.direct = direct
+        self.files = files
+        self.stamps = stamps
+
+    def changed(self) -> bool:
+        """A file it was made from has changed since (or is gone, or has come)."""
+        return tuple(_file_stamp(f) for f in self.files) != self.stamps
+
+
 class Binder:
     """Creates ``pods/binding`` for the bind verb (RBAC: create on pods/binding).
 
@@ -69,74 +86,189 @@ class Binder:
     started where the API is not reachable yet serves filter and prioritize; a bind it cannot
     make goes back to kube-scheduler as an error, and kube-scheduler (``ignorable``) binds the
     pod itself.
+
+    The client is made again from the kubeconfig (or the in-cluster config), as each watch's
+    listing makes its own: after a 401 (the binding is then sent once more, if the new client
+    has other credentials: a POST refused as unauthenticated was not applied), after a TLS
+    failure (at the next binding; never sent again, a reply may have been lost), and when a
+    file its credentials came from has changed — the kubeconfig, its user's ``tokenFile``, the
+    client certificate, its key, the CA file: looked at when the token is asked again, every
+    ``TOKEN_SECONDS``, not at each binding. The kubernetes client reads a kubeconfig's
+    ``tokenFile`` once, when it is made: a token rotated on disk reaches the API only through a
+    new client.
     """
 
     # kube-scheduler gives up on the bind verb after its httpTimeout (deploy/: 1 s) and, being
     # ignorable, binds the pod itself to the same node: one of the two writes then gets 409.
     TIMEOUT_SECONDS = 5.0
-    # How long a bearer token read from the client is sent before it is asked again. The
-    # client's refresh hook sets its whole configuration again on every call (the in-cluster
-    # loader's and the kubeconfig's alike), and setting the host reads the proxy settings of
-    # the process's environment, every variable of it (a pod's holds a set for each Service of
-    # its namespace): 40 µs of CPU a binding in a bare environment, 70–90 in the bench's. A
+    # How long a bearer token read from the client is sent before it is asked again, and how
+    # long the files the client was made from go unlooked at. The client's refresh hook sets
+    # its whole configuration again on every call (the in-cluster loader's and the
+    # kubeconfig's alike), and setting the host reads the proxy settings of the process's
+    # environment, every variable of it (a pod's holds a set for each Service of its
+    # namespace): 40 µs of CPU a binding in a bare environment, 70–90 in the bench's. A
     # ServiceAccount token the kubelet rotates stays valid until it expires (at least 10
     # minutes after it was issued; the kubelet replaces it at 80 % of its lifetime), so sending
-    # it a few seconds longer is safe. After a 401 the next binding asks the client again (the
-    # in-cluster loader reads the token file again once a minute).
+    # it a few seconds longer is safe. A 401 makes the client again at once.
     TOKEN_SECONDS = 5.0
 
     def __init__(self, kubeconfig: str) -> None:
         self.kubeconfig = kubeconfig
-        self._client: Any = None
-        self._direct: ApiConnections | None = None
+        self._current: _BinderApi | None = None
         self._lock = threading.Lock()
-        self._token: tuple[float, str | None] | None = None  # (asked again after, the Authorization header)
+        # (the client it is for, asked again after (monotonic), the Authorization header):
+        # one tuple, read and replaced whole, so a binding never pairs a client with another's token
+        self._token: tuple[_BinderApi, float, str | None] | None = None
 
-    def _authorization(self, config: Any) -> str | None:
-        """The Authorization header for the next binding: the client's, asked at most every
-        TOKEN_SECONDS (None without a token: a client certificate, or no credentials)."""
-        now = time.monotonic()
-        token = self._token
-        if token is None or now >= token[0]:
-            token = (now + self.TOKEN_SECONDS, config.get_api_key_with_prefix("BearerToken", alias="authorization"))
-            self._token = token
-        return token[1]
+    @property
+    def _direct(self) -> ApiConnections | None:
+        """The connections of the client in use (None before the first binding, or when they do
+        not cover its configuration)."""
+        current = self._current
+        return current.direct if current is not None else None
 
     def _api(self) -> Any:
+        """The API client in use, made now if there is none (its token is asked at the next binding)."""
         with self._lock:
-            if self._client is None:
-                client = api_client(self.kubeconfig)
-                if ApiConnections.covers(client.configuration):
-                    self._direct = ApiConnections(client.configuration, self.TIMEOUT_SECONDS)
-                self._client = client
-            return self._client
+            if self._current is None:
+                self._current = self._make()
+            return self._current.client
+
+    def _credentials(self) -> tuple[_BinderApi, str | None]:
+        """The client for the next binding and its Authorization header (None without a token:
+        a client certificate, or no credentials), asked of the client at most every
+        TOKEN_SECONDS."""
+        token = self._token
+        if token is not None and time.monotonic() < token[1]:
+            return token[0], token[2]
+        return self._renew(None)
+
+    def _renew(self, failed: _BinderApi | None) -> tuple[_BinderApi, str | None]:
+        """Ask the client for its token again; make the client again first when it is
+        ``failed`` (a 401 or a TLS failure with it), when there is none yet, or when a file it
+        was made from has changed. A client that cannot be made raises (``failed`` or none:
+        the binding fails, naming the kubeconfig) or, when only its files changed (a
+        kubeconfig written half-way), is kept and made again at the next look."""
+        with self._lock:
+            now = time.monotonic()
+            token, current = self._token, self._current
+            if failed is None and token is not None and token[0] is current and now < token[1]:
+                return token[0], token[2]  # another binding's thread asked meanwhile
+            why = ""
+            if current is None:
+                why = "first binding"
+            elif current is failed:
+                why = "the API refused its credentials"
+            elif current.changed():
+                why = "a file it was made from has changed"
+            if why:
+                try:
+                    made = self._make()
+                except Exception as err:
+                    where = self.kubeconfig or "the in-cluster config"
+                    if current is None or current is failed:
+                        self._current = self._token = None
+                        raise ExtenderError(f"binder: cannot make the API client from {where}: {type(err).__name__}: {err}") from err
+                    log.warning("binder: keeping the API client in use: cannot make it again from %s (%s): %s", where, why, err)
+                else:
+                    if current is not None:
+                        log.info("binder: API client made again from %s: %s", self.kubeconfig or "the in-cluster config", why)
+                    current = self._current = made
+            assert current is not None
+            header = current.client.configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+            self._token = (current, now + self.TOKEN_SECONDS, header)
+            return current, header
+
+    def _make(self) -> _BinderApi:
+        # The kubeconfig's files are stamped before the client reads them: a file written in
+        # between makes the client again at the next look, never goes unseen.
+        files = _kubeconfig_files(self.kubeconfig) if self.kubeconfig else []
+        stamps = [_file_stamp(f) for f in files]
+        client = api_client(self.kubeconfig)
+        config = client.configuration
+        for f in (config.ssl_ca_cert, config.cert_file, config.key_file):
+            if f and f not in files:
+                files.append(f)
+                stamps.append(_file_stamp(f))
+        direct = ApiConnections(config, self.TIMEOUT_SECONDS) if ApiConnections.covers(config) else None
+        return _BinderApi(client, direct, tuple(files), tuple(stamps))
 
     def __call__(self, args: BindingArgs) -> None:
-        client = self._api()
-        config = client.configuration
         metadata: dict[str, str] = {"name": args.pod_name, "namespace": args.pod_namespace}
         if args.pod_uid:  # the API then refuses to bind a recreated pod of the same name
             metadata["uid"] = args.pod_uid
         body = orjson.dumps(
             {"apiVersion": "v1", "kind": "Binding", "metadata": metadata, "target": {"apiVersion": "v1", "kind": "Node", "name": args.node}}
         )
+        path = f"/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
+        api, token = self._credentials()
+        status, data = self._post(api, token, path, body)
+        if status == 401:
+            # Not authenticated, so not applied: the credentials may have been rotated since the
+            # client was made (a kubeconfig's tokenFile, a revoked token, a client certificate).
+            # The client is made again, and the binding sent once more if its credentials differ.
+            renewed, renewed_token = self._renew(api)
+            if (renewed_token, renewed.files, renewed.stamps) != (token, api.files, api.stamps):
+                api, token = renewed, renewed_token
+                status, data = self._post(api, token, path, body)
+        if not 200 <= status < 300:
+            raise ExtenderError(f"HTTP {status}: {_status_message(data)}")
+
+    def _post(self, api: _BinderApi, token: str | None, path: str, body: bytes) -> tuple[int, bytes]:
+        """(status, body) of one POST; nothing is retried here: a bind that fails goes back to
+        kube-scheduler, which binds the pod itself."""
         headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "joulesched-extender"}
-        token = self._authorization(config)
         if token:
             headers["Authorization"] = token
-        path = f"/api/v1/namespaces/{quote(args.pod_namespace, safe='')}/pods/{quote(args.pod_name, safe='')}/binding"
-        # No retries: a bind that fails goes back to kube-scheduler, which binds the pod itself.
-        if self._direct is not None:
-            status, data = self._direct.post(path, headers, body)
-        else:
-            resp = client.rest_client.pool_manager.request(
+        try:
+            if api.direct is not None:
+                return api.direct.post(path, headers, body)
+            config = api.client.configuration
+            resp = api.client.rest_client.pool_manager.request(
                 "POST", config.host.rstrip("/") + path, body=body, headers=headers, timeout=self.TIMEOUT_SECONDS, retries=False
             )
-            status, data = resp.status, resp.data
-        if not 200 <= status < 300:
-            if status == 401:  # the token may have been rotated since it was read
-                self._token = None
-            raise ExtenderError(f"HTTP {status}: {_status_message(data)}")
+            return resp.status, resp.data
+        except Exception as err:
+            if _tls_failure(err):  # a rotated CA or client certificate: the next binding makes the client again
+                self._drop(api)
+            raise
+
+    def _drop(self, api: _BinderApi) -> None:
+        """The next binding makes the client again, unless another one has already."""
+        with self._lock:
+            if self._current is api:
+                self._current = self._token = None
+                log.info("binder: TLS failure with the API server: the next binding makes the API client again")
+
+
+def _tls_failure(err: BaseException) -> bool:
+    """``err`` is a TLS failure: ssl's own, or urllib3's (through the client's pool manager)."""
+    from urllib3.exceptions import SSLError
+
+    return isinstance(err, ssl.SSLError | SSLError)
+
+
+def _kubeconfig_files(kubeconfig: str) -> list[str]:
+    """The files a client made from ``kubeconfig`` reads its credentials from, found as the
+    kubernetes client finds them: each file of the kubeconfig (a list joined with ``:``, as in
+    ``KUBECONFIG``), and the current context's user's ``tokenFile`` (relative to the file that
+    names it; unless the user has a ``token``, which the client takes first). The client
+    certificate, its key and the CA come from the client's configuration. A kubeconfig that
+    cannot be read gives its own files only: making the client then says what is wrong."""
+    from kubernetes.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR, KubeConfigMerger
+
+    files = [os.path.expanduser(p) for p in kubeconfig.split(ENV_KUBECONFIG_PATH_SEPARATOR) if p]
+    try:
+        merged = KubeConfigMerger(kubeconfig).config
+        context = merged["contexts"].get_with_name(merged["current-context"])["context"]
+        user = merged["users"].get_with_name(context["user"])["user"]
+        token_file = user.safe_get("tokenFile")
+        if isinstance(token_file, str) and token_file and not user.safe_get("token"):
+            base = os.path.abspath(os.path.dirname(user.path)) if user.path else ""
+            files.append(os.path.normpath(os.path.join(base, token_file)))
+    except Exception:  # anything the parse meets: the client's own loading names it
+        pass
+    return files
 
 
 class ApiConnections:
@@ -521,14 +653,21 @@ class ListWatch:
     starts again from its first step. A run that ended sooner, cleanly or not, waits the
     back-off first, doubling up to ``MAX_BACKOFF_SECONDS``: a watch the API server (or a proxy)
     ends at once is not listed again in a loop, and a watch cut every few minutes is not left
-    further behind each time. ``error`` names the last failure (not a 410); a subclass that
-    reports it clears it once a listing succeeds (the deferrer's PodCache).
+    further behind each time. A 410 (``WatchExpired``) is the exception: the listing's
+    resourceVersion expired before its watch caught up (etcd compacted it), and a listing now
+    gives a current one, so the next lists at once however soon it came, and the back-off is
+    left where it was — unless a 410 was last listed again at once less than
+    ``EXPIRED_REPEAT_SECONDS`` before: an API server that answers 410 to every watch is then
+    listed again with the back-off, not in a loop. ``error`` names the last failure (not a
+    410); a subclass that reports it clears it once a listing succeeds (the deferrer's
+    PodCache).
     """
 
     name = "watch"
     HELD_SECONDS = 10.0
     FIRST_BACKOFF_SECONDS = 1.0
     MAX_BACKOFF_SECONDS = 60.0
+    EXPIRED_REPEAT_SECONDS = 60.0
 
     def __init__(self) -> None:
         self._stop = threading.Event()
@@ -545,6 +684,7 @@ class ListWatch:
 
     def _run(self) -> None:
         backoff = self.FIRST_BACKOFF_SECONDS
+        expired_at = -math.inf  # when a 410 was last listed again at once
         while not self._stop.is_set():
             started = self.monotonic()
             failure: Exception | None = None
@@ -552,11 +692,17 @@ class ListWatch:
                 self._watch_once()
             except Exception as err:
                 failure = err
-            if self.monotonic() - started >= self.HELD_SECONDS:
+            ended = self.monotonic()
+            expired = isinstance(failure, WatchExpired)
+            if ended - started >= self.HELD_SECONDS:
                 backoff, wait = self.FIRST_BACKOFF_SECONDS, 0.0
+                if expired:
+                    expired_at = ended
+            elif expired and ended - expired_at >= self.EXPIRED_REPEAT_SECONDS:
+                wait, expired_at = 0.0, ended  # "list again, now"; the back-off stays where it was
             else:
                 wait, backoff = backoff, min(backoff * 2, self.MAX_BACKOFF_SECONDS)
-            if isinstance(failure, WatchExpired):
+            if expired:
                 log.info("%s: %s; listing again in %.0f s", self.name, failure, wait)
             elif failure is not None:
                 self.error = f"{type(failure).__name__}: {failure}"[:300]

@@ -7,7 +7,10 @@ reads the physical server and pushes its energy per window to the NADIKI time-se
 * the servers: every ``server_id`` tag value of the measurement in the store (InfluxDB 1.x
   ``SHOW TAG VALUES``: the tenant's read access decides which servers it sees);
 * each server's description from the registrar (``GET /servers/{id}``): its cores and rated
-  power, and the series (measurement, field, granularity) it pushes;
+  power, and the series (measurement, field, granularity) it pushes; read again once it is
+  ``DESCRIPTION_SECONDS`` old (the provider's agent PUTs a changed description: a GPU added, the
+  rated power corrected), and sooner, ``RETRY_DESCRIPTION_SECONDS`` after it was last asked
+  for, when it gives no profile;
 * its windows over ``history_seconds`` (InfluxDB ``/query``).
 
 Each server becomes one profile named and keyed by its id (``server_id``), exactly like a
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.error
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,6 +52,18 @@ from joulesched.policy.profile import NodeArrays, NodeProfile, ProfileSet, linea
 from joulesched.policy.validate import Checker, setting
 
 log = logging.getLogger(__name__)
+
+# How long a server's registrar description is used before it is read again. The provider's
+# agent PUTs /servers/{id} when the description changes (docs/provider.md), rarely: a description
+# is read again every 10 minutes, one GET a server (not a setting: profiles.tenant.* is the
+# documented config, docs/configuration.md). A read that fails keeps the description in use and
+# is tried again RETRY_DESCRIPTION_SECONDS later.
+DESCRIPTION_SECONDS = 600.0
+# A description that gives no profile (no energy series, no cores, no windows: the series it
+# names may have changed) is read again within the same refresh, if it was last asked for at
+# least this long ago: a server that stays without a profile costs one GET a minute, not one a
+# refresh.
+RETRY_DESCRIPTION_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +146,16 @@ def server_profile(
     )
 
 
+@dataclass
+class _Described:
+    """A server's description as last read, when it was last asked for (read or not), and
+    when it is read again whatever it gives (``clock`` time)."""
+
+    server: NadikiServer
+    asked: float
+    due: float
+
+
 class TenantSource:
     """Profiles of physical servers from the NADIKI registrar and time-series store."""
 
@@ -145,7 +171,7 @@ class TenantSource:
             timeout_s=config.timeout_seconds,
         )
         self._password = _read_secret(config.password_file, "profiles.tenant.password_file")
-        self._servers: dict[str, NadikiServer] = {}  # descriptions change rarely: read once per id
+        self._servers: dict[str, _Described] = {}  # read again after DESCRIPTION_SECONDS (module docstring)
         self._lock = threading.Lock()
         self._last = empty_snapshot()
         self._expires = -1.0
@@ -207,38 +233,86 @@ class TenantSource:
         self._last = Snapshot(ProfileSet(nodes), NodeArrays.build(nodes), now, self._last.version + 1)
 
     def read(self, now: float) -> tuple[list[NodeProfile], list[str]]:
-        """Every server's profile, and one line per server left out saying why."""
+        """Every server's profile, and one line per server left out saying why.
+
+        A description is read from the registrar when none is held, once it is due
+        (``DESCRIPTION_SECONDS``), or when the one held gives no profile and was asked for at
+        least ``RETRY_DESCRIPTION_SECONDS`` ago; the profile is then made again from the new
+        one. A read of a held description that fails keeps it, and tries again
+        ``RETRY_DESCRIPTION_SECONDS`` later; when the registrar did not answer at all (down,
+        unreachable, timed out), the other held descriptions are not read in that refresh
+        either: a registrar that is down costs a refresh one timeout, not one a server.
+        """
         reader = self.reader
         profiles: list[NodeProfile] = []
         skipped: list[str] = []
-        for server_id in self._server_ids(reader):
-            try:
-                server = self._servers.get(server_id) or self.registrar.server(server_id)
-            except NadikiReadError as err:
-                skipped.append(f"server {server_id}: {err}")
-                continue
-            self._servers[server_id] = server
-            point = server.point(ENERGY_FIELD)
-            if point is None:
-                skipped.append(f"server {server_id}: the registrar lists no {ENERGY_FIELD} series for it")
-                continue
-            try:
-                windows = reader.windows(point, server_id, now - self.config.history_seconds, now)
-            except NadikiReadError as err:  # this server's series only: the others are read on
-                skipped.append(f"server {server_id}: {err}")
-                continue
-            if not windows.starts:
-                skipped.append(f"server {server_id}: no energy window in the last {self.config.history_seconds:g} s")
-                continue
-            try:
-                profiles.append(
-                    server_profile(
-                        server, point, list(windows.starts), list(windows.joules), self.config.threads_per_core
-                    )
-                )
-            except tenant.ShareError as err:
-                skipped.append(f"server {server_id}: {err}")
+        unreachable = False  # the registrar did not answer a read of a held description
+        listed = self._server_ids(reader)
+        for gone in self._servers.keys() - set(listed):  # no longer in the store: forgotten
+            del self._servers[gone]
+        for server_id in listed:
+            held = self._servers.get(server_id)
+            if held is None:
+                try:
+                    server = self.registrar.server(server_id)
+                except NadikiReadError as err:
+                    skipped.append(f"server {server_id}: {err}")
+                    continue
+                held = self._servers[server_id] = _Described(server, now, now + DESCRIPTION_SECONDS)
+                fresh = True
+            else:
+                fresh = False
+                if now >= held.due and not unreachable:
+                    fresh, unreachable = self._describe_again(held, server_id, now)
+                elif now >= held.due:
+                    held.due = now + RETRY_DESCRIPTION_SECONDS  # the registrar is unreachable: next time
+            profile, why = self._profile(reader, held.server, now)
+            if profile is None and not fresh and not unreachable and now - held.asked >= RETRY_DESCRIPTION_SECONDS:
+                before = held.server
+                read_again, unreachable = self._describe_again(held, server_id, now)
+                if read_again and held.server != before:
+                    profile, why = self._profile(reader, held.server, now)
+            if profile is None:
+                skipped.append(f"server {server_id}: {why}")
+            else:
+                profiles.append(profile)
         return profiles, skipped
+
+    def _describe_again(self, held: _Described, server_id: str, now: float) -> tuple[bool, bool]:
+        """Read a held description again: (whether it was read, it may be the same; whether the
+        registrar did not answer)."""
+        held.asked = now
+        try:
+            server = self.registrar.server(server_id)
+        except NadikiReadError as err:
+            held.due = now + RETRY_DESCRIPTION_SECONDS
+            log.warning(
+                "tenant source: server %s: keeping the description read before: cannot read it again: %s",
+                escape(server_id),
+                escape(str(err)),
+            )
+            cause = err.__cause__
+            return False, isinstance(cause, OSError) and not isinstance(cause, urllib.error.HTTPError)
+        if server != held.server:
+            log.info("tenant source: server %s: the registrar's description has changed", escape(server_id))
+        held.server, held.due = server, now + DESCRIPTION_SECONDS
+        return True, False
+
+    def _profile(self, reader: InfluxReader, server: NadikiServer, now: float) -> tuple[NodeProfile | None, str]:
+        """The server's profile from its description and windows, or None and why not."""
+        point = server.point(ENERGY_FIELD)
+        if point is None:
+            return None, f"the registrar lists no {ENERGY_FIELD} series for it"
+        try:
+            windows = reader.windows(point, server.server_id, now - self.config.history_seconds, now)
+        except NadikiReadError as err:  # this server's series only: the others are read on
+            return None, str(err)
+        if not windows.starts:
+            return None, f"no energy window in the last {self.config.history_seconds:g} s"
+        try:
+            return server_profile(server, point, list(windows.starts), list(windows.joules), self.config.threads_per_core), ""
+        except tenant.ShareError as err:
+            return None, str(err)
 
 
 __all__ = ["TenantConfig", "TenantSource", "check_tenant_config", "server_profile"]
