@@ -146,7 +146,11 @@ OWNER_CPU_CORES = _m(
 # --- agent: the node's profile (what the extender's policy consumes) -------------------------
 NODE_CPU_CORES = _m("node_cpu_cores", "gauge", "Logical CPUs of the node.", L_NODE)
 NODE_CPU_UTILISATION = _m(
-    "node_cpu_utilisation_ratio", "gauge", "CPU utilisation of the node over the last interval, 0..1.", L_NODE
+    "node_cpu_utilisation_ratio",
+    "gauge",
+    "CPU utilisation of the node over the last interval, 0..1; absent before the first interval and for one the "
+    "clock did not advance over.",
+    L_NODE,
 )
 MODEL_IDLE = _m(
     "node_power_model_idle_watts", "gauge", "Fitted idle power P(0) of the node's power model.", L_NODE, L_DEVICE
@@ -171,7 +175,13 @@ NODE_POWER_CAP = _m("node_power_cap_watts", "gauge", "Power cap of the node.", L
 NODE_GPU_COUNT = _m("node_gpus", "gauge", "GPUs of the node.", L_NODE)
 NODE_GPU_MAX = _m("node_gpu_max_watts", "gauge", "Power limit per GPU of the node.", L_NODE)
 NODE_GPU_IDLE = _m("node_gpu_idle_watts", "gauge", "Fitted idle power per GPU of the node (their mean).", L_NODE)
-NODE_GPU_UTILISATION = _m("node_gpu_utilisation_ratio", "gauge", "Mean GPU utilisation of the node, 0..1.", L_NODE)
+NODE_GPU_UTILISATION = _m(
+    "node_gpu_utilisation_ratio",
+    "gauge",
+    "Mean GPU utilisation of the node, 0..1; absent while a GPU's utilisation is not measured (its query failed, or "
+    "no source reports it).",
+    L_NODE,
+)
 NODE_INFO = _m(
     "node_info", "gauge", "Constant 1; labels name the node's site and physical server.", L_NODE, L_SITE, L_SERVER_ID
 )
@@ -254,7 +264,15 @@ CLOCK_STEP = _m(
 EXT_REQUESTS = _m(
     "extender_requests_total", "counter", "Extender requests by verb and HTTP status code.", L_VERB, "code"
 )
-EXT_LATENCY = _m("extender_request_duration_seconds", "histogram", "Extender request latency by verb.", L_VERB)
+EXT_LATENCY = _m(
+    "extender_request_duration_seconds",
+    "histogram",
+    "Time from the verb endpoint taking a POST to an extender verb to its answer being ready to send, by verb "
+    "(unknown: a verb it does not know); answers with an error (bad input, body too large, bind disabled, "
+    "internal) included. Requests refused before the endpoint takes them (a wrong method or path, the HTTP "
+    "worker's refusals) and those whose client had gone (code 499) are not observed.",
+    L_VERB,
+)
 EXT_FAILURES = _m(
     "extender_failures_total",
     "counter",

@@ -218,37 +218,44 @@ class VerbEndpoint:
         # The labelled children of the success path, looked up once: labels() costs more than
         # a 100-node policy evaluation.
         self._ok = {verb: (metrics.requests.labels(verb, "200"), metrics.latency.labels(verb)) for verb in self.handlers}
+        # at 0 from the start, as the other counters (extender/metrics.py): the first failed
+        # refresh shows in increase()
+        self._source_errors = metrics.source_errors.labels(source.name)
 
-    def fail(self, verb: str, status: int, reason: str, message: str) -> tuple[int, bytes]:
+    def fail(self, verb: str, status: int, reason: str, message: str, started: float | None = None) -> tuple[int, bytes]:
+        """Count a request answered with an error; with ``started`` (the verb endpoint's
+        :func:`time.perf_counter` when it took the request), observe its latency too."""
         self.metrics.failures.labels(verb, reason).inc()
         self.metrics.requests.labels(verb, str(status)).inc()
+        if started is not None:
+            self.metrics.latency.labels(verb).observe(time.perf_counter() - started)
         return status, orjson.dumps({"Error": message})
 
     def __call__(self, verb: str, length: int | None, read: Callable[[int], bytes]) -> tuple[int, bytes]:
         started = time.perf_counter()
         handler = self.handlers.get(verb)
         if handler is None:
-            return self.fail("unknown", 404, "unknown_verb", f"unknown verb {verb!r}: use one of {', '.join(VERBS)}")
+            return self.fail("unknown", 404, "unknown_verb", f"unknown verb {verb!r}: use one of {', '.join(VERBS)}", started)
         if length is not None and length > self.max_bytes:
-            return self.fail(verb, 413, "too_large", f"request body of {length} bytes is over max_request_bytes ({self.max_bytes})")
+            return self.fail(verb, 413, "too_large", f"request body of {length} bytes is over max_request_bytes ({self.max_bytes})", started)
         body = read(self.max_bytes + 1 if length is None else length)
         if len(body) > self.max_bytes:
-            return self.fail(verb, 413, "too_large", f"request body over max_request_bytes ({self.max_bytes})")
+            return self.fail(verb, 413, "too_large", f"request body over max_request_bytes ({self.max_bytes})", started)
         try:
             result = handler(body)
             # serialised inside the error path: a reply orjson cannot write is a counted 500
             payload = result if isinstance(result, wire.Encoded) else orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
         except (WireError, PolicyError) as err:
             self.bad_request_log.log(logging.INFO, f"{verb}:bad_request", "%s: bad request: %s", verb, str(err))
-            return self.fail(verb, 400, "bad_request", str(err))
+            return self.fail(verb, 400, "bad_request", str(err), started)
         except RecursionError:  # a document nested deeper than any Kubernetes object is
             self.bad_request_log.log(logging.INFO, f"{verb}:too_deep", "%s: bad request: nested too deeply", verb)
-            return self.fail(verb, 400, "bad_request", "request body is nested too deeply")
+            return self.fail(verb, 400, "bad_request", "request body is nested too deeply", started)
         except BindDisabled as err:
-            return self.fail(verb, 404, "bind_disabled", str(err))
+            return self.fail(verb, 404, "bind_disabled", str(err), started)
         except Exception as err:  # never a crashed worker: a 500 with the cause, and counted
             log.exception("%s: internal error", verb)
-            return self.fail(verb, 500, "internal", f"internal error: {type(err).__name__}: {escape(str(err))}")
+            return self.fail(verb, 500, "internal", f"internal error: {type(err).__name__}: {escape(str(err))}", started)
         self._count(verb, time.perf_counter() - started)
         return 200, payload
 
@@ -284,7 +291,7 @@ class VerbEndpoint:
         each /readyz and /metrics, so a file that breaks while no pod is scheduled is counted too."""
         errors = self.source.errors
         if errors != self._source_errors_seen:
-            self.metrics.source_errors.labels(self.source.name).inc(errors - self._source_errors_seen)
+            self._source_errors.inc(errors - self._source_errors_seen)
             self._source_errors_seen = errors
 
     def _count(self, verb: str, seconds: float) -> None:

@@ -34,6 +34,40 @@ if TYPE_CHECKING:  # service imports the profile sources and the policy; the wri
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
+# The label values the counters below can take, each exported at 0 from a worker's start: a
+# series created by its first event would hide that event from increase() (and from any alert
+# on it). The verb endpoint, the routes and the HTTP worker (extender/app.py, worker.py) give
+# the failures; a combination not listed here is still counted, from its first event.
+VERBS = ("filter", "prioritize", "preempt", "bind", "explain")
+KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
+    *((verb, reason) for verb in VERBS for reason in ("bad_request", "too_large", "internal", "client_gone", "method")),
+    ("bind", "bind_disabled"),
+    ("unknown", "unknown_verb"),
+    ("unknown", "method"),
+    ("unknown", "client_gone"),
+    ("other", "unknown_path"),
+    ("other", "method"),
+    ("other", "internal"),
+    *(
+        ("http", reason)
+        for reason in (
+            "read_timeout",
+            "head_too_large",
+            "length_required",
+            "bad_request_line",
+            "busy",
+            "malformed",
+            "internal",
+        )
+    ),
+)
+NEUTRAL_REASONS = ("unknown", "stale", "invalid")
+FILTER_REASONS = ("power_cap",)
+BIND_WAIT_OUTCOMES = ("bound", "deadline")
+# Per-node gauges: a worker sets a node's to NaN when it evicts the node (a series cannot be
+# deleted from its multiprocess file); the collector leaves NaN out, so the series goes stale.
+NODE_GAUGES = frozenset({m.EXT_NODE_SCORE.name, m.EXT_MARGINAL_WATTS.name})
+
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir")
@@ -86,9 +120,24 @@ class ExtenderMetrics:
         self.binds_in_flight = Gauge(
             m.EXT_BINDS_IN_FLIGHT.name, m.EXT_BINDS_IN_FLIGHT.help, registry=reg, multiprocess_mode="livesum"
         )
+        # Every worker's ledger holds the same placements (each worker's pod watch sees every
+        # binding), so the workers' values are not summed. The most recent, not the largest:
+        # a worker writes it only when it answers a decision, and an idle worker's value from
+        # a burst long gone would otherwise stand above the others' for as long as it idles.
         self.predicted_pods = Gauge(
-            m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="livesum"
+            m.EXT_PREDICTED_PODS.name, m.EXT_PREDICTED_PODS.help, registry=reg, multiprocess_mode="mostrecent"
         )
+        # At 0 from the start (in multiprocess mode: in this worker's file; the collector sums
+        # the workers' counters per label set, so every worker writing its 0 duplicates nothing).
+        for verb, reason in KNOWN_FAILURES:
+            self.failures.labels(verb, reason)
+        for reason in NEUTRAL_REASONS:
+            self.neutral.labels(reason)
+        for reason in FILTER_REASONS:
+            self.filtered.labels(reason)
+        for outcome in BIND_WAIT_OUTCOMES:
+            self.bind_waits.labels(outcome)
+            self.bind_wait_seconds.labels(outcome)
 
     def exposition(self) -> bytes:
         if self.multiprocess:
@@ -109,6 +158,11 @@ class WorkerFilesCollector(mp.MultiProcessCollector):
     answered 500. An empty file holds no values yet, so leaving it out loses nothing; any
     other unreadable file still fails the scrape. A file removed between the listing and
     its size (a dead worker's live gauges) is left to prometheus-client, which skips those.
+
+    The per-node gauges' NaN samples (a node a worker evicted, :meth:`NodeGaugeWriter.evict`)
+    are left out before the workers' values are merged: a node every worker evicted has no
+    sample, and its series goes stale in Prometheus; one another worker still scores keeps
+    that worker's value (a NaN written later must not hide it).
     """
 
     def collect(self) -> Any:
@@ -120,7 +174,12 @@ class WorkerFilesCollector(mp.MultiProcessCollector):
             except FileNotFoundError:
                 pass
             files.append(path)
-        return self.merge(files, accumulate=True)
+        metrics = self._read_metrics(files)
+        for name in NODE_GAUGES:
+            metric = metrics.get(name)
+            if metric is not None:
+                metric.samples = [s for s in metric.samples if not math.isnan(s.value)]
+        return self._accumulate_metrics(metrics, True)
 
 
 @dataclass(frozen=True)
@@ -230,8 +289,9 @@ class NodeGaugeWriter:
     def evict(self, before: float) -> None:
         """Drop the series of nodes in no decision since ``before`` (removed, renamed, replaced).
 
-        In multiprocess mode a series cannot be deleted from the worker's file: it is set to NaN
-        (a gap, not a stale score) and its entry there is reused if the node comes back.
+        In multiprocess mode a series cannot be deleted from the worker's file: it is set to NaN,
+        which :class:`WorkerFilesCollector` leaves out (no sample: the series goes stale, as a
+        removed one does), and its entry there is reused if the node comes back.
         """
         for name in [n for n, entry in self._written.items() if entry[4] < before]:
             entry = self._written.pop(name)

@@ -64,6 +64,7 @@ Clock = Callable[[], float]
 OWNER_WINDOW_SECONDS = 300.0
 MAX_WINDOWS = 1024
 CPU_HISTORY = 7200  # samples of cumulative busy CPU time kept for estimating gaps (2 h at 1 s)
+GPU_UTIL_WARN_SECONDS = 600.0  # a GPU utilisation query that keeps failing is warned of again this often
 
 
 class _Pod:
@@ -157,7 +158,8 @@ class Sampler:
         m = config.model
         self.cpu_model = RollingFit(m.window_samples, m.min_samples, m.min_spread_cores)
         self.gpu_models: dict[str, RollingFit] = {}
-        self._gpu_util: dict[str, float] = {}
+        self._gpu_util: dict[str, float | None] = {}  # None: not measured this interval
+        self._gpu_util_failing: dict[str, tuple[str, float, int]] = {}  # query -> (message, warned at, failures since)
         self._cross: deque[tuple[float, float | None, dict[str, float]]] = deque()
         self._ratio_ref: dict[str, float] = {}
         self._drifting: set[str] = set()
@@ -350,18 +352,20 @@ class Sampler:
         """Per pod and per GPU SM use, the use of non-pod processes, and each GPU's utilisation."""
         per_pod: dict[str, dict[str, float]] = {}
         other: dict[str, float] = {}
-        util: dict[str, float] = {}
+        util: dict[str, float] = {}  # only the GPUs whose utilisation was measured: the others are unknown, not idle
         for source in self.meter.source_objects:
             if isinstance(source, ReportsProcessUtilisation):
-                # with per-process use known, a GPU no process touches is idle (0), not unknown
-                for zone in source.zones():
-                    if zone.domain == "gpu":
-                        util.setdefault(zone.name, 0.0)
                 try:
                     processes: Mapping[int, Mapping[str, float]] = source.process_utilisation()
                 except Exception as err:
-                    log.debug("%s: per-process GPU use unavailable: %s", source.name, err)
+                    self._gpu_util_failed(f"{source.name} per-process GPU use", err)
                     processes = {}
+                else:
+                    self._gpu_util_ok(f"{source.name} per-process GPU use")
+                    # with per-process use known, a GPU no process touches is idle (0), not unknown
+                    for zone in source.zones():
+                        if zone.domain == "gpu":
+                            util.setdefault(zone.name, 0.0)
                 for pid, gpus in processes.items():
                     if pid not in self._pid_pods:
                         self._pid_pods[pid] = pod_uid_of_pid(self.config.roots.procfs, pid)
@@ -377,8 +381,29 @@ class Sampler:
                 try:
                     util.update({str(k): float(v) for k, v in source.utilisation().items()})
                 except Exception as err:
-                    log.debug("%s: GPU utilisation unavailable: %s", source.name, err)
+                    self._gpu_util_failed(f"{source.name} GPU utilisation", err)
+                else:
+                    self._gpu_util_ok(f"{source.name} GPU utilisation")
         return per_pod, other, util
+
+    def _gpu_util_failed(self, query: str, err: Exception) -> None:
+        """A warning when the query starts failing or its error changes, then at most once every
+        ``GPU_UTIL_WARN_SECONDS`` while it goes on (with how many failed since): the GPUs'
+        utilisation is absent meanwhile, and someone should know why."""
+        message = str(err) or type(err).__name__
+        now = self.clock()
+        last = self._gpu_util_failing.get(query)
+        if last is None or last[0] != message or now - last[1] >= GPU_UTIL_WARN_SECONDS:
+            again = f" ({last[2] + 1} failures since the last warning)" if last is not None and last[0] == message else ""
+            log.warning("%s unavailable, GPU utilisation not exported meanwhile: %s%s", query, message, again)
+            self._gpu_util_failing[query] = (message, now, 0)
+        else:
+            self._gpu_util_failing[query] = (message, last[1], last[2] + 1)
+            log.debug("%s unavailable: %s", query, message)
+
+    def _gpu_util_ok(self, query: str) -> None:
+        if self._gpu_util_failing.pop(query, None) is not None:
+            log.info("%s available again", query)
 
     def _sample(self, read: MeterRead) -> Snapshot:
         now = read.time
@@ -508,7 +533,7 @@ class Sampler:
                 for gpu, gpu_watts in power.gpu_zones.items():
                     if gpu in gpu_util:
                         self._gpu_model(gpu).add(gpu_util[gpu], gpu_watts)
-            self._gpu_util = {g: gpu_util.get(g, 0.0) for g in split.gpu_zones}
+            self._gpu_util = {g: gpu_util.get(g) for g in split.gpu_zones}
             self._cross_check(dt, split.rapl_joules, dict(split.platform_joules))
             self._track_owners(dt, pod_cpu)
             interval = Interval(
@@ -771,7 +796,9 @@ class Sampler:
                 models.append(ModelSnapshot(gpu, gfit.idle_watts, gfit.slope_watts, gfit.r2, gfit.samples))
         ratios = self.ratios()
         self._check_drift(ratios)
-        utilisation = 0.0
+        # none measured before the first interval, nor over one the clock did not advance across:
+        # the gauge is left out then (utilisation_measured), never exported as an idle node
+        utilisation, utilisation_measured = 0.0, interval is not None and dt > 0
         if interval is not None and dt > 0:
             utilisation = min(max(interval.busy_cpu_seconds / (dt * self._cpus), 0.0), 1.0)
         layout = self.meter.layout
@@ -784,6 +811,7 @@ class Sampler:
             idle_policy=self.config.attribution.idle_policy,
             cpus=self._cpus,
             utilisation=utilisation,
+            utilisation_measured=utilisation_measured,
             basis=layout.basis,
             sources_used=layout.sources,
             zones=tuple(zones),
@@ -879,7 +907,10 @@ class Sampler:
             idle.append(i)
             peak.append(limits.get(gpu) or (i + max(fit.slope_watts, 0.0) if fit is not None else i))
         n = len(gpus)
-        return GpuSummary(n, sum(idle) / n, max(sum(peak) / n, sum(idle) / n), sum(self._gpu_util.values()) / n)
+        measured = [u for u in self._gpu_util.values() if u is not None]
+        if len(measured) < n:  # a GPU's utilisation unknown: so is the node's mean (left out, never 0)
+            return GpuSummary(n, sum(idle) / n, max(sum(peak) / n, sum(idle) / n), 0.0, utilisation_measured=False)
+        return GpuSummary(n, sum(idle) / n, max(sum(peak) / n, sum(idle) / n), sum(measured) / n)
 
 
 def window_energy(

@@ -11,7 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-READ_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# up to the slowest sources' timeouts (Redfish 10 s, IPMI 15 s) and beyond: a read that hangs
+# until its timeout must fall in a bucket of its own, not only in +Inf
+READ_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0)
+
+# The anomaly kinds a zone of each kind can count (policy.energy.counter_delta, trapezoid and the
+# meter's re-listing): the agent exports each at 0 from the zone's first snapshot, so that
+# increase() over the anomaly counters sees the first one too. A garbage reading loses no time:
+# it is never estimated.
+ANOMALY_KINDS: dict[str, tuple[str, ...]] = {
+    "counter": ("garbage", "negative", "implausible", "reset", "gap"),
+    "power": ("garbage", "negative", "gap"),
+}
+UNESTIMATED_KINDS = frozenset({"garbage"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +78,10 @@ class GpuSummary:
     count: int
     idle_watts: float  # mean per GPU
     max_watts: float  # mean per GPU: power limit when known, else idle + slope
-    utilisation: float
+    utilisation: float  # mean of the GPUs, 0..1 (0.0 where not measured)
+    # False while a GPU's utilisation is unknown (its query failed, or no source reports it):
+    # the gauge is left out then; utilisation holds 0.0 for the readers that need a number
+    utilisation_measured: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +108,7 @@ class Snapshot:
     interval_seconds: float  # configured sampling interval
     idle_policy: str
     cpus: int
-    utilisation: float  # 0..1 over the last interval
+    utilisation: float  # 0..1 over the last interval (0.0 where not measured)
     basis: str
     sources_used: tuple[str, ...]
     zones: tuple[ZoneSnapshot, ...]
@@ -119,6 +134,9 @@ class Snapshot:
     discarded: tuple[tuple[str, str, str, float], ...] = ()  # (source, zone, kind, seconds not counted)
     estimated: tuple[tuple[str, str, str, float], ...] = ()  # (source, zone, kind, seconds estimated)
     clock_step: float = 0.0  # how far the system clock had been stepped since the agent started
+    # False before the first interval and for one the clock did not advance across: no CPU
+    # utilisation measured (the gauge is left out; utilisation holds 0.0)
+    utilisation_measured: bool = True
 
     @property
     def wall_time(self) -> float:
@@ -130,7 +148,9 @@ class Snapshot:
 
 
 __all__ = [
+    "ANOMALY_KINDS",
     "READ_SECONDS_BUCKETS",
+    "UNESTIMATED_KINDS",
     "GpuSummary",
     "Interval",
     "ModelSnapshot",

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from joulesched.contracts import names as n
 from joulesched.contracts.carbon_apis import live_source
-from joulesched.measurement.snapshot import READ_SECONDS_BUCKETS, Snapshot
+from joulesched.measurement.snapshot import ANOMALY_KINDS, READ_SECONDS_BUCKETS, UNESTIMATED_KINDS, Snapshot
 from joulesched.policy.site import IntensityUnavailable, NoIntensity, SiteCatalogue
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ def families(snap: Snapshot) -> list[Metric]:
     for namespace, kind, owner, cores in snap.owners:
         f.add(n.OWNER_CPU_CORES, (namespace, kind, owner), cores)
     f.add(n.NODE_CPU_CORES, (node,), float(snap.cpus))
-    f.add(n.NODE_CPU_UTILISATION, (node,), snap.utilisation)
+    if snap.utilisation_measured:  # none before the first interval: absent, never an idle node
+        f.add(n.NODE_CPU_UTILISATION, (node,), snap.utilisation)
     for m in snap.models:
         f.add(n.MODEL_IDLE, (node, m.device), m.idle_watts)
         f.add(n.MODEL_PER_CORE, (node, m.device), m.slope_watts)
@@ -114,7 +115,8 @@ def families(snap: Snapshot) -> list[Metric]:
         f.add(n.NODE_GPU_COUNT, (node,), float(snap.gpus.count))
         f.add(n.NODE_GPU_IDLE, (node,), snap.gpus.idle_watts)
         f.add(n.NODE_GPU_MAX, (node,), snap.gpus.max_watts)
-        f.add(n.NODE_GPU_UTILISATION, (node,), snap.gpus.utilisation)
+        if snap.gpus.utilisation_measured:  # a failed utilisation query: absent, never idle GPUs
+            f.add(n.NODE_GPU_UTILISATION, (node,), snap.gpus.utilisation)
     f.add(n.NODE_INFO, (node, snap.site, server_key(snap.server_id, node)), 1.0)
     for s in snap.sources:
         f.add(n.SOURCE_UP, (s.name,), 1.0 if s.up else 0.0)
@@ -122,12 +124,18 @@ def families(snap: Snapshot) -> list[Metric]:
             f.add(n.SOURCE_ERROR, (s.name, s.error[:ERROR_LABEL_CHARS]), 1.0)
         f.histogram(n.SOURCE_READ_SECONDS, (s.name,), s.read_seconds_buckets, s.read_seconds_sum)
         f.add(n.SOURCE_ERRORS, (s.name,), float(s.errors_total))
-    for source, zone, kind, count in snap.anomalies:
-        f.add(n.ANOMALIES, (source, zone, kind), float(count))
-    for source, zone, kind, seconds in snap.discarded:
-        f.add(n.DISCARDED_SECONDS, (source, zone, kind), seconds)
-    for source, zone, kind, seconds in snap.estimated:
-        f.add(n.ESTIMATED_SECONDS, (source, zone, kind), seconds)
+    # every kind a zone can count, from the zone's first snapshot: a counter created by its
+    # first event would hide that event from increase()
+    kinds = [(z.source, z.zone, kind) for z in snap.zones for kind in ANOMALY_KINDS.get(z.kind, ())]
+    counted = {(s, z, k): float(c) for s, z, k, c in snap.anomalies}
+    for key in sorted(counted.keys() | set(kinds)):
+        f.add(n.ANOMALIES, key, counted.get(key, 0.0))
+    counted = {(s, z, k): sec for s, z, k, sec in snap.discarded}
+    for key in sorted(counted.keys() | set(kinds)):
+        f.add(n.DISCARDED_SECONDS, key, counted.get(key, 0.0))
+    counted = {(s, z, k): sec for s, z, k, sec in snap.estimated}
+    for key in sorted(counted.keys() | {k for k in kinds if k[2] not in UNESTIMATED_KINDS}):
+        f.add(n.ESTIMATED_SECONDS, key, counted.get(key, 0.0))
     for pair, ratio in sorted(snap.ratios.items()):
         f.add(n.SOURCE_RATIO, (node, pair), ratio)
     f.add(n.WINDOWS_OPEN, (node,), float(snap.windows_open))

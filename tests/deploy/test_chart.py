@@ -228,6 +228,8 @@ def test_everything_on(helm, tmp_path):
     sm = objs[("ServiceMonitor", AGENT_NAMESPACE, "joulesched-agent")]
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert sm["spec"] == yaml.safe_load((DEPLOY / "agent/overlays/servicemonitor/servicemonitor.yaml").read_text())["spec"]
+    # the agent's namespace/pod labels (the workload's) win over the Operator's target labels
+    assert [e.get("honorLabels") for e in sm["spec"]["endpoints"]] == [True]
     ext_sm = objs[("ServiceMonitor", NAMESPACE, "joulesched-extender")]
     assert ext_sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert ext_sm["spec"] == yaml.safe_load((DEPLOY / "extender/servicemonitor/servicemonitor.yaml").read_text())["spec"]

@@ -413,7 +413,7 @@ def test_metrics_count_requests_latency_failures_and_neutral_scores(make_app) ->
     assert 'joulesched_extender_requests_total{code="200",verb="prioritize"} 1.0' in text
     assert 'joulesched_extender_requests_total{code="400",verb="prioritize"} 1.0' in text
     assert 'joulesched_extender_failures_total{reason="bad_request",verb="prioritize"} 1.0' in text
-    assert 'joulesched_extender_request_duration_seconds_count{verb="prioritize"} 1.0' in text
+    assert 'joulesched_extender_request_duration_seconds_count{verb="prioritize"} 2.0' in text  # the 400 is timed too
     assert 'joulesched_extender_neutral_scores_total{reason="unknown"} 1.0' in text
     assert 'joulesched_extender_node_score{node="efficient"} 10.0' in text
     assert 'joulesched_extender_node_marginal_watts{node="efficient"}' in text

@@ -108,3 +108,12 @@ def test_plain_prometheus_scrape_config_keeps_only_agent_pods() -> None:
         "action": "keep",
         "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
     } in job["relabel_configs"]
+
+
+def test_scrapes_honour_the_agents_namespace_and_pod_labels() -> None:
+    """The per-pod series carry the workload's namespace and pod: the Operator's target labels
+    (the agent pod's own namespace and pod) must not overwrite them (exported_namespace/_pod)."""
+    (sm,) = [d for d in build(DEPLOY / "overlays" / "servicemonitor") if d["kind"] == "ServiceMonitor"]
+    assert [e.get("honorLabels") for e in sm["spec"]["endpoints"]] == [True]
+    (job,) = yaml.safe_load((DEPLOY / "prometheus" / "scrape-config.yaml").read_text())["scrape_configs"]
+    assert job["honor_labels"] is True

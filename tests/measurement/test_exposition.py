@@ -69,9 +69,18 @@ def golden_snapshot() -> Snapshot:
     )
     sources = (
         SourceSnapshot(
-            "rapl_sysfs", True, "", (10, 90, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100), 0.0625, 100, 0
+            "rapl_sysfs",
+            True,
+            "",
+            (10, 90, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100),
+            0.0625,
+            100,
+            0,
         ),
-        SourceSnapshot("ipmi_dcmi", False, "timeout", (0, 0, 0, 0, 0, 0, 0, 50, 90, 99, 99, 99, 99, 100), 12.5, 100, 3),
+        # one read ran into ipmitool's 15 s timeout
+        SourceSnapshot(
+            "ipmi_dcmi", False, "timeout", (0, 0, 0, 0, 0, 0, 0, 50, 90, 99, 99, 99, 99, 99, 100, 100, 100), 27.5, 100, 3
+        ),
     )
     return Snapshot(
         node="node-a",
