@@ -175,9 +175,10 @@ def profile_queries() -> tuple[str, str]:
     """The two instant queries: every profile gauge, and when each node was last measured."""
     pattern = "|".join(g.name for g in (*_NODE_GAUGES, *_SITE_GAUGES, m.OWNER_CPU_CORES))
     values = f'{{__name__=~"{pattern}"}}'
-    # every sample of the agent exports the utilisation gauge (the platform power is left out
-    # while a source of its basis is not read): its time is when the agent was last scraped
-    measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_CPU_UTILISATION.name}))"
+    # every sample of the agent exports the core count (the utilisation is left out while not
+    # measured, the platform power while a source of its basis is not read): its time is when
+    # the agent was last scraped
+    measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_CPU_CORES.name}))"
     return values, measured
 
 
@@ -316,6 +317,10 @@ def _profiles_from_samples(
         if cores is None or cores <= 0 or idle is None or per_core is None:
             skipped.append(f"{node}: no fitted power model or core count yet")
             continue
+        utilisation = v.get(m.NODE_CPU_UTILISATION.name)
+        if utilisation is None:  # the agent leaves it out while it has not measured it: unknown, not idle
+            skipped.append(f"{node}: no CPU utilisation measured yet")
+            continue
         site = site_objs.get(site_name, Site(site_name))
         gpus = None
         gpu_count = int(v.get(m.NODE_GPU_COUNT.name, 0))
@@ -332,7 +337,7 @@ def _profiles_from_samples(
                 power_curve_watts=linear_curve(max(idle, 0.0), max(per_core, 0.0), cores),
                 site=site_name,
                 speed=v.get(m.NODE_SPEED.name, 1.0) or 1.0,
-                utilisation=min(max(v.get(m.NODE_CPU_UTILISATION.name, 0.0), 0.0), 1.0),
+                utilisation=min(max(utilisation, 0.0), 1.0),
                 measured_watts=v.get(m.NODE_PLATFORM_POWER.name),
                 power_cap_watts=v.get(m.NODE_POWER_CAP.name),
                 updated=updated.get(node),

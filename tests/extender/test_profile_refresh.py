@@ -27,6 +27,7 @@ def answer(now: float) -> dict[str, Any]:
     return {
         "values": [
             sample(m.NODE_CPU_CORES.name, 64),
+            sample(m.NODE_CPU_UTILISATION.name, 0.25),
             sample(m.MODEL_IDLE.name, 60, device="cpu"),
             sample(m.MODEL_PER_CORE.name, 3, device="cpu"),
         ],

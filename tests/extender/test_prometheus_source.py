@@ -27,15 +27,18 @@ AGENTS = f"""\
 {m.NODE_CPU_CORES.name}{{node="green"}} 64
 {m.NODE_CPU_CORES.name}{{node="grey"}} 64
 {m.NODE_CPU_CORES.name}{{node="half"}} 8
+{m.NODE_CPU_CORES.name}{{node="fresh"}} 64
 # TYPE {m.NODE_CPU_UTILISATION.name} gauge
 {m.NODE_CPU_UTILISATION.name}{{node="green"}} 0.25
 {m.NODE_CPU_UTILISATION.name}{{node="grey"}} 0.25
 # TYPE {m.MODEL_IDLE.name} gauge
 {m.MODEL_IDLE.name}{{node="green",device="cpu"}} 60
 {m.MODEL_IDLE.name}{{node="grey",device="cpu"}} 120
+{m.MODEL_IDLE.name}{{node="fresh",device="cpu"}} 60
 # TYPE {m.MODEL_PER_CORE.name} gauge
 {m.MODEL_PER_CORE.name}{{node="green",device="cpu"}} 3
 {m.MODEL_PER_CORE.name}{{node="grey",device="cpu"}} 6
+{m.MODEL_PER_CORE.name}{{node="fresh",device="cpu"}} 3
 # TYPE {m.NODE_PLATFORM_POWER.name} gauge
 {m.NODE_PLATFORM_POWER.name}{{node="green",basis="ipmi_dcmi"}} 108
 {m.NODE_PLATFORM_POWER.name}{{node="grey",basis="rapl_sysfs"}} 216
@@ -68,7 +71,9 @@ def test_profiles_from_a_real_prometheus(prom: tuple[PrometheusServer, Expositio
     snap = source.snapshot()
     assert snap.ready and not snap.error
     by_name = {p.name: p for p in snap.profiles.nodes}
-    assert set(by_name) == {"green", "grey"}  # "half" has no fitted model yet: left out, neutral
+    # "half" has no fitted model yet, "fresh" no utilisation measured (the agent leaves the gauge
+    # out): left out, neutral, not taken for idle
+    assert set(by_name) == {"green", "grey"}
     green, grey = by_name["green"], by_name["grey"]
     assert green.power_curve_watts[0] == 60 and green.power_curve_watts[-1] == pytest.approx(60 + 3 * 64)
     assert green.measured_watts == 108 and green.utilisation == 0.25
