@@ -49,6 +49,7 @@ class StrictSafeLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._root: yaml.Node | None = None
         self._duplicates: list[tuple[yaml.MappingNode, yaml.Node, yaml.Node]] = []
+        self._checked: set[int] = set()  # mappings whose own keys were checked (ids; the nodes live as long)
 
     def construct_document(self, node: yaml.Node) -> Any:
         self._root = node
@@ -58,8 +59,13 @@ class StrictSafeLoader(yaml.SafeLoader):
             raise DuplicateKeys([self._duplicate_problem(*d) for d in found])
         return data
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):  # `!!map [a]` is not one: the construction says so
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # A mapping's own keys are checked before PyYAML flattens it, and once: flattening puts
+        # the keys of the mappings it merges (``<<``) in front of its own, in place, and a
+        # mapping merged elsewhere (an anchor, ``<<: *x``) is flattened there before it is
+        # constructed here, so a key overriding a merged one would look given twice.
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
             seen: dict[Any, yaml.Node] = {}
             for key_node, _ in node.value:
                 if key_node.tag in _REWRITTEN or not isinstance(key_node, yaml.ScalarNode):
@@ -71,7 +77,7 @@ class StrictSafeLoader(yaml.SafeLoader):
                     continue
                 if first is not key_node:
                     self._duplicates.append((node, first, key_node))
-        return super().construct_mapping(node, deep=deep)
+        super().flatten_mapping(node)
 
     def _duplicate_problem(self, mapping: yaml.MappingNode, first: yaml.Node, again: yaml.Node) -> str:
         parent = _path_to(self._root, mapping)

@@ -55,6 +55,7 @@ KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
             "head_too_large",
             "length_required",
             "bad_request_line",
+            "no_client_certificate",
             "busy",
             "malformed",
             "internal",

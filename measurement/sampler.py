@@ -45,7 +45,7 @@ from joulesched.measurement.sources.base import (
 from joulesched.measurement.sources.cgroup_cpu import CgroupCpu, PodCgroup
 from joulesched.measurement.sources.kube_pods import NoDirectory, PodDirectory, PodMeta
 from joulesched.measurement.sources.procfs_stat import CpuTimes, ProcStat, pod_uid_of_pid
-from joulesched.measurement.windowstore import WindowStore, parse_record, shift_restarted, window_record
+from joulesched.measurement.windowstore import Saved, WindowStore, parse_record, shift_restarted, window_record
 from joulesched.policy.attribution import PodUsage, attribute
 from joulesched.policy.energy import (
     NANO,
@@ -255,50 +255,69 @@ class Sampler:
                         a.total_nj + to_nanojoules(delta.joules) - b.total_nj,
                         a.estimated_nj - b.estimated_nj,
                     )
+            carried = 0
             for record in records:
-                totals, estimated = parse_record(record)
-                start_totals: dict[ZoneKey, int] = {}
-                start_estimated: dict[ZoneKey, int] = {}
-                lost: list[str] = []
-                for key, now_total in read.totals.items():
-                    if key in totals and key in offsets:
-                        start_totals[key] = totals[key] - offsets[key][0]
-                        start_estimated[key] = estimated.get(key, 0) - offsets[key][1]
-                    elif key in totals and key in last.totals:  # keep its energy up to the save
-                        start_totals[key] = now_total - (last.totals[key] - totals[key])
-                        start_estimated[key] = read.estimated.get(key, 0) - (
-                            last.estimated.get(key, 0) - estimated.get(key, 0)
-                        )
-                        lost.append(f"{key[0]}/{key[1]}")
-                    else:
-                        start_totals[key] = now_total
-                        start_estimated[key] = read.estimated.get(key, 0)
-                        if key in totals:
-                            lost.append(f"{key[0]}/{key[1]}")
-                lost = sorted(lost + [f"{k[0]}/{k[1]}" for k in totals.keys() - read.totals.keys()])
-                earlier = record.get("restarted")
-                before: Mapping[str, Any] = earlier if isinstance(earlier, Mapping) else {}
-                restarted = {  # this restart's, and what earlier ones lost
-                    "at": read.time,
-                    "last_saved": saved,
-                    "zones_lost": sorted(set(lost) | set(before.get("zones_lost") or ())),
-                    "seconds_lost": (read.time - saved if lost else 0.0) + float(before.get("seconds_lost") or 0.0),
-                    "restarts": int(before.get("restarts") or 1) + 1 if before else 1,
-                }
-                window = Window(
-                    record["id"],
-                    MeterRead(float(record["start"]), start_totals, start_estimated),
-                    str(record.get("label", "")),
-                    restarted,
-                )
+                try:
+                    window = self._carried(record, read, last, offsets, saved)
+                except (ValueError, TypeError, KeyError, AttributeError) as err:  # one record, that window only
+                    log.error("window %s of the last run is lost: its record in %s is unreadable: %s",
+                              record.get("id"), self._store.path if self._store else "?", err)  # fmt: skip
+                    continue
                 self._windows[window.id] = window
-            if records:
+                carried += 1
+            if carried:
                 log.info(
                     "%d window%s of the last run carried over the restart",
-                    len(records),
-                    "" if len(records) == 1 else "s",
+                    carried,
+                    "" if carried == 1 else "s",
                 )
         self._persist()
+
+    def _carried(
+        self,
+        record: Mapping[str, Any],
+        read: MeterRead,
+        last: Saved,
+        offsets: Mapping[ZoneKey, tuple[int, int]],
+        saved: float,
+    ) -> Window:
+        """One window of the last run, carried into this run's totals (see _restore)."""
+        totals, estimated = parse_record(record)
+        start_totals: dict[ZoneKey, int] = {}
+        start_estimated: dict[ZoneKey, int] = {}
+        lost: list[str] = []
+        for key, now_total in read.totals.items():
+            if key in totals and key in offsets:
+                start_totals[key] = totals[key] - offsets[key][0]
+                start_estimated[key] = estimated.get(key, 0) - offsets[key][1]
+            elif key in totals and key in last.totals:  # keep its energy up to the save
+                start_totals[key] = now_total - (last.totals[key] - totals[key])
+                start_estimated[key] = read.estimated.get(key, 0) - (
+                    last.estimated.get(key, 0) - estimated.get(key, 0)
+                )
+                lost.append(f"{key[0]}/{key[1]}")
+            else:
+                start_totals[key] = now_total
+                start_estimated[key] = read.estimated.get(key, 0)
+                if key in totals:
+                    lost.append(f"{key[0]}/{key[1]}")
+        lost = sorted(lost + [f"{k[0]}/{k[1]}" for k in totals.keys() - read.totals.keys()])
+        earlier = record.get("restarted")
+        before: Mapping[str, Any] = earlier if isinstance(earlier, Mapping) else {}
+        restarted = {  # this restart's, and what earlier ones lost
+            "at": read.time,
+            "last_saved": saved,
+            "zones_lost": sorted(set(lost) | set(before.get("zones_lost") or ())),
+            "seconds_lost": (read.time - saved if lost else 0.0) + float(before.get("seconds_lost") or 0.0),
+            "restarts": int(before.get("restarts") or 1) + 1 if before else 1,
+        }
+        window = Window(
+            record["id"],
+            MeterRead(float(record["start"]), start_totals, start_estimated),
+            str(record.get("label", "")),
+            restarted,
+        )
+        return window
 
     def _restore_due(self, read: MeterRead) -> bool:
         """Carry the last run's windows once every zone it anchored has been read again (a slow BMC's

@@ -205,8 +205,20 @@ def _window_problem(record: object) -> str | None:
             if isinstance(nj, bool) or not isinstance(nj, int):
                 return f"{field}.{zone}: not a whole number of nanojoules: {nj!r}"
     restarted = record.get("restarted")
-    if restarted is not None and not isinstance(restarted, dict):
+    if restarted is None:
+        return None
+    if not isinstance(restarted, dict):
         return "restarted: not a mapping"
+    for field in ("at", "last_saved", "seconds_lost"):
+        value = restarted.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)):
+            return f"restarted.{field}: not a number: {value!r}"
+    restarts = restarted.get("restarts")
+    if restarts is not None and (isinstance(restarts, bool) or not isinstance(restarts, int)):
+        return f"restarted.restarts: not a whole number: {restarts!r}"
+    zones = restarted.get("zones_lost")
+    if zones is not None and not (isinstance(zones, list) and all(isinstance(z, str) for z in zones)):
+        return f"restarted.zones_lost: not a list of zone names: {zones!r}"
     return None
 
 
@@ -230,7 +242,7 @@ def window_record(
 
 def parse_record(record: Mapping[str, Any]) -> tuple[dict[ZoneKey, int], dict[ZoneKey, int]]:
     return (
-        {_key(k): int(v) for k, v in record.get("totals", {}).items()},
+        {_key(k): int(v) for k, v in (record.get("totals") or {}).items()},
         {_key(k): int(v) for k, v in (record.get("estimated") or {}).items()},
     )
 

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from joulesched.contracts.documents import read_yaml
+from joulesched.contracts.documents import parse_yaml, read_yaml
 from joulesched.policy.errors import ConfigError
 
 ROOT = Path(__file__).parents[2]
@@ -161,3 +162,16 @@ def test_the_extender_prints_the_file_and_the_one_problem(tmp_path: Path, text: 
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.splitlines() == [f"joulesched extender: {bad}: 1 problem", problem]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # an anchored mapping nested deeper than the `<<: *alias` that merges it, overriding a merged key
+        "templates:\n  gpu:\n    node: &gpu\n      <<: {cores: 32, idle_watts: 100}\n      cores: 64\nnodes:\n  - <<: *gpu\n    name: a\n",
+        "base: &b {x: 1}\nmid: &m\n  <<: *b\n  x: 2\nleaf:\n  <<: *m\n  x: 3\n",
+    ],
+    ids=["nested-anchor", "merge-chain"],
+)
+def test_a_key_overriding_a_merged_one_is_not_given_twice_wherever_the_anchor_is(text: str) -> None:
+    assert parse_yaml(text, "t.yaml") == yaml.safe_load(text)

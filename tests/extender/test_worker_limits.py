@@ -59,8 +59,13 @@ def failures(port: int) -> dict[str, float]:
         (request(b"/scheduler/filter", headers=b"Host: x\r\nX-Odd : 1\r\n"), 400),  # whitespace before the colon
         (request(b"/scheduler/filter", headers=b"Host: x\r\nno colon here\r\n"), 400),
         (request(b"/scheduler/filter", headers=b"".join(b"X-H%d: 1\r\n" % i for i in range(101))), 431),
+        (request(b"/scheduler/filter", headers=b"Host: x\r\nX Y: z\r\n"), 400),  # a name that is no token
+        (request(b"/scheduler/filter", headers=b"Host: x\r\nX-A: b\x00c\r\n"), 400),  # a NUL in a value
+        # 8,189 bytes and its CRLF: over gunicorn's 8,190 (it counts the CRLF)
+        (request(b"/scheduler/filter", headers=b"Host: x\r\nX-B: " + b"a" * 8184 + b"\r\n"), 431),
     ],
-    ids=["head-over-64KiB", "request-line-over-limit", "space-before-colon", "no-colon", "101-headers"],
+    ids=["head-over-64KiB", "request-line-over-limit", "space-before-colon", "no-colon", "101-headers",
+         "name-not-a-token", "nul-in-value", "header-line-over-limit"],
 )
 def test_a_head_gunicorn_refuses_is_refused_on_the_verbs_path_too(
     extender: tuple[subprocess.Popen[bytes], int], data: bytes, status: int

@@ -218,3 +218,39 @@ def test_a_window_opened_while_the_last_runs_wait_to_be_carried_does_not_drop_th
     run(third, powercap, clock, 1)
     result = third.close_window(window.id)
     assert result["label"] == "long-job" and result["restarted"]["restarts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ({"totals": None}, None),  # no totals: a window with no zone of the last run, carried as such
+        ({"restarted": {"restarts": "two"}}, "restarted.restarts: not a whole number"),
+        ({"restarted": {"seconds_lost": [1]}}, "restarted.seconds_lost: not a number"),
+        ({"restarted": {"zones_lost": 5}}, "restarted.zones_lost: not a list of zone names"),
+    ],
+    ids=["null-totals", "restarts-text", "seconds-lost-list", "zones-lost-number"],
+)
+def test_a_window_record_damaged_inside_loses_at_most_that_window(
+    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+    damage: dict[str, object], said: str | None,
+) -> None:
+    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
+    state = tmp_path / "state"
+    first = agent(roots, clock, state)
+    first.sample()
+    bad, good = first.open_window("bad"), first.open_window("good")
+    truth = run(first, powercap, clock, 3)
+    doc = json.loads((state / FILE).read_text())
+    for record in doc["windows"]:
+        if record["label"] == "bad":
+            record.update(damage)
+    (state / FILE).write_text(json.dumps(doc))
+    second = agent(roots, clock, state)
+    truth += run(second, powercap, clock, 2)  # the first sample carries the windows and raises nothing
+    assert second.close_window(good.id)["zones"]["rapl_sysfs/package-0"] == pytest.approx(truth, abs=1e-6)
+    if said is None:
+        second.close_window(bad.id)
+    else:
+        with pytest.raises(UnknownWindow):
+            second.close_window(bad.id)
+        assert said in caplog.text
