@@ -24,39 +24,10 @@ import yaml
 
 from joulesched.extender.kube import ListWatch, PodBindingWatch, WatchExpired
 from joulesched.extender.predicted import PredictedLoad
+from tests.extender.test_watch_events import ScriptedWatch
 
 GONE = WatchExpired("watch: the API answered 410 Expired: too old resource version")
 CUT = ConnectionResetError("connection reset by peer")
-
-
-class ScriptedWatch(ListWatch):
-    """A list-and-watch whose runs last and end as scripted, on a clock that only they and the
-    back-off's waits move."""
-
-    def __init__(self, runs: list[tuple[float, Exception | None]]) -> None:
-        super().__init__()
-        self.runs = runs  # (seconds the run lasts, what ends it: None for a clean end)
-        self.now = 0.0
-        self.monotonic = lambda: self.now
-        self.starts: list[float] = []
-        watch = self
-
-        class Stop:
-            def is_set(self) -> bool:
-                return not watch.runs
-
-            def wait(self, seconds: float) -> bool:
-                watch.now += seconds
-                return False
-
-        self._stop = Stop()  # type: ignore[assignment]
-
-    def _watch_once(self) -> None:
-        lasts, ends = self.runs.pop(0)
-        self.starts.append(self.now)
-        self.now += lasts
-        if ends is not None:
-            raise ends
 
 
 def gaps(runs: list[tuple[float, Exception | None]]) -> list[float]:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from joulesched.measurement.config import AgentConfig, ServerConfig, SourcesConfig
 from joulesched.measurement.errors import UnknownWindow
-from joulesched.measurement.sampler import Sampler
+from joulesched.measurement.sampler import Sampler, Window
 from joulesched.measurement.sources.base import Roots, Source
 from joulesched.measurement.sources.registry import open_sources
 from joulesched.measurement.windowstore import FILE, WindowStore
@@ -164,11 +166,12 @@ def test_a_nextflow_runs_window_is_not_kept_over_a_restart(tmp_path: Path, roots
     assert second._windows == {}, "the run's window of the last run is not carried over to leak"
 
 
-def test_a_damaged_window_record_loses_that_window_only_and_keeps_the_file(
-    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock, caplog: pytest.LogCaptureFixture
-) -> None:
+def restarted_with_a_damaged_record(
+    roots: Roots, powercap: PowercapTree, clock: FakeClock, state: Path, damage: Callable[[dict[str, Any]], None]
+) -> tuple[Sampler, Window, Window, float]:
+    """Windows "bad" and "good" saved, "bad"'s record damaged, the agent restarted and sampled
+    twice (its first sample carries the windows, raising nothing): (agent, bad, good, joules)."""
     powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
-    state = tmp_path / "state"
     first = agent(roots, clock, state)
     first.sample()
     bad, good = first.open_window("bad"), first.open_window("good")
@@ -176,15 +179,25 @@ def test_a_damaged_window_record_loses_that_window_only_and_keeps_the_file(
     doc = json.loads((state / FILE).read_text())
     for record in doc["windows"]:
         if record["label"] == "bad":
-            record["totals"]["rapl_sysfs/package-0"] = "12.5e9"  # a number written as text
-    damaged = json.dumps(doc)
-    (state / FILE).write_text(damaged)
+            damage(record)
+    (state / FILE).write_text(json.dumps(doc))
     second = agent(roots, clock, state)
-    truth += run(second, powercap, clock, 2)  # the first sample carried the windows, and raised nothing
+    truth += run(second, powercap, clock, 2)
+    return second, bad, good, truth
+
+
+def test_a_damaged_window_record_loses_that_window_only_and_keeps_the_file(
+    tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = tmp_path / "state"
+    second, bad, good, truth = restarted_with_a_damaged_record(
+        roots, powercap, clock, state, lambda record: record["totals"].update({"rapl_sysfs/package-0": "12.5e9"})
+    )  # a number written as text
     assert second.close_window(good.id)["zones"]["rapl_sysfs/package-0"] == pytest.approx(truth, abs=1e-6)
     with pytest.raises(UnknownWindow):
         second.close_window(bad.id)
-    assert (state / (FILE + ".unreadable")).read_text() == damaged
+    aside = json.loads((state / (FILE + ".unreadable")).read_text())  # the file as read, damage and all
+    assert [r["totals"]["rapl_sysfs/package-0"] for r in aside["windows"] if r["label"] == "bad"] == ["12.5e9"]
     said = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(said) == 1 and f"window {bad.id} of the last run is lost: {state / FILE}: windows[0]: totals." in said[0]
 
@@ -234,19 +247,9 @@ def test_a_window_record_damaged_inside_loses_at_most_that_window(
     tmp_path: Path, roots: Roots, powercap: PowercapTree, clock: FakeClock, caplog: pytest.LogCaptureFixture,
     damage: dict[str, object], said: str | None,
 ) -> None:
-    powercap.add(ENTRY, "package-0", energy_uj=5_000_000_000)
-    state = tmp_path / "state"
-    first = agent(roots, clock, state)
-    first.sample()
-    bad, good = first.open_window("bad"), first.open_window("good")
-    truth = run(first, powercap, clock, 3)
-    doc = json.loads((state / FILE).read_text())
-    for record in doc["windows"]:
-        if record["label"] == "bad":
-            record.update(damage)
-    (state / FILE).write_text(json.dumps(doc))
-    second = agent(roots, clock, state)
-    truth += run(second, powercap, clock, 2)  # the first sample carries the windows and raises nothing
+    second, bad, good, truth = restarted_with_a_damaged_record(
+        roots, powercap, clock, tmp_path / "state", lambda record: record.update(damage)
+    )
     assert second.close_window(good.id)["zones"]["rapl_sysfs/package-0"] == pytest.approx(truth, abs=1e-6)
     if said is None:
         second.close_window(bad.id)
