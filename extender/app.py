@@ -31,7 +31,7 @@ from joulesched.extender import wire
 from joulesched.extender.config import ExtenderConfig
 from joulesched.extender.errors import BindDisabled, WireError
 from joulesched.extender.logsafe import RateLimitedLog, escape
-from joulesched.extender.metrics import ExtenderMetrics, NodeGaugeWriter, ProfileStatus
+from joulesched.extender.metrics import VERBS, ExtenderMetrics, NodeGaugeWriter, ProfileStatus
 from joulesched.extender.predicted import Occupancy, PredictedLoad, Unbound
 from joulesched.extender.profiles import FileSource, ProfileSource, PrometheusSource
 from joulesched.extender.service import Extender, scheduler_binds
@@ -41,7 +41,6 @@ from joulesched.policy.errors import PolicyError
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
-VERBS = ("filter", "prioritize", "preempt", "bind", "explain")
 
 
 def make_source(config: ExtenderConfig) -> ProfileSource:

@@ -38,7 +38,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # series created by its first event would hide that event from increase() (and from any alert
 # on it). The verb endpoint, the routes and the HTTP worker (extender/app.py, worker.py) give
 # the failures; a combination not listed here is still counted, from its first event.
-VERBS = ("filter", "prioritize", "preempt", "bind", "explain")
+VERBS = ("filter", "prioritize", "preempt", "bind", "explain")  # the extender's verbs (its routes, extender/app.py)
 KNOWN_FAILURES: tuple[tuple[str, str], ...] = (
     *((verb, reason) for verb in VERBS for reason in ("bad_request", "too_large", "internal", "client_gone", "method")),
     ("bind", "bind_disabled"),

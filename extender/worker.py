@@ -104,7 +104,8 @@ class HeadLimits(NamedTuple):
 GUNICORN_DEFAULTS = HeadLimits()
 # The header lines gunicorn's parser takes (gunicorn.http.message: TOKEN_RE for the name; no NUL,
 # CR or LF in the value), then the empty line: one pass over the head, in C.
-_HEADER_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00\r\n]*\r\n)*\r\n")
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"  # one character of an RFC 9110 token (a method, a header's name)
+_HEADER_LINES = re.compile(rb"(?:" + _TOKEN + rb"+:[^\x00\r\n]*\r\n)*\r\n")
 
 
 # gunicorn's parser errors that are not 400, as gunicorn answers them (Worker.handle_error).
@@ -792,8 +793,8 @@ def _direct_verb(head: bytes, prefix: bytes) -> tuple[str | None, bool]:
     return verb.decode(), close
 
 
-_TOKEN = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^ \r\n]+ HTTP/[0-9]\.[0-9]\r")
+_TOKEN_START = re.compile(_TOKEN)
+_REQUEST_LINE = re.compile(_TOKEN + rb"+ [^ \r\n]+ HTTP/[0-9]\.[0-9]\r")
 
 
 def _request_line_problem(buf: bytes | bytearray) -> str | None:
@@ -806,7 +807,7 @@ def _request_line_problem(buf: bytes | bytearray) -> str | None:
         return None  # (an empty line before the request line is allowed, RFC 9112 section 2.2)
     if first[0] == 0x16:
         return "a TLS handshake on a plain-HTTP port: serve TLS (server.tls) or call the extender over HTTP"
-    if first[0] not in _TOKEN:
+    if not _TOKEN_START.match(first):
         return "not an HTTP/1.x request"
     nl = buf.find(b"\n")
     if nl >= 0 and not _REQUEST_LINE.fullmatch(buf, 0, nl):
