@@ -40,7 +40,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -54,7 +54,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from joulesched.contracts import names as m
 from joulesched.contracts.cliargs import number
 from joulesched.extender.errors import DeferrerError, ExtenderError
-from joulesched.extender.kube import ListWatch, watch_events
+from joulesched.extender.kube import ListWatch, listing_version, watch_events
 from joulesched.policy.deferral import (
     DEFAULT_STEP,
     DEFAULT_TOLERANCE,
@@ -641,32 +641,36 @@ class PodCache(ListWatch):
             return partial(self.core.list_namespaced_pod, self.namespace)
         return cast(Callable[..., Any], self.core.list_pod_for_all_namespaces)
 
-    def _watch_once(self) -> None:
+    def _list(self) -> str:
         resp = self._list_call()(field_selector=self.FIELD_SELECTOR, _preload_content=False, _request_timeout=60)
         doc = json.loads(resp.data)
         pods = {p["metadata"]["uid"]: p for p in doc.get("items") or []}
-        rv = doc["metadata"]["resourceVersion"]
+        version = listing_version(doc)
         with self._lock:
             self._pods = pods
-        self.synced.set()
+        self.synced.set()  # before ``changed``: a loop it wakes finds the cache synced
         self.changed.set()
         self.error = ""
-        for kind, obj in watch_events(
-            self._list_call(), field_selector=self.FIELD_SELECTOR, resource_version=rv, allow_watch_bookmarks=True
-        ):
-            if self._stop.is_set():
-                return
-            meta = obj.get("metadata") or {}
-            if kind == "BOOKMARK":
-                continue
-            uid = str(meta.get("uid", ""))
-            with self._lock:
-                if kind == "DELETED":
-                    self._pods.pop(uid, None)
-                else:
-                    self._pods[uid] = obj
-            if kind == "ADDED" and is_gated(obj):
-                self.changed.set()
+        return version
+
+    def _watch(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        return watch_events(
+            self._list_call(),
+            field_selector=self.FIELD_SELECTOR,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_seconds,
+        )
+
+    def _handle(self, kind: str, obj: dict[str, Any]) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(uid, None)
+            else:
+                self._pods[uid] = obj
+        if kind == "ADDED" and is_gated(obj):
+            self.changed.set()
 
 
 # -- health and metrics over HTTP ---------------------------------------------------------------------

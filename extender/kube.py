@@ -511,9 +511,9 @@ def _status_message(data: bytes) -> str:
 
 
 # A watch's read timeout: kube-apiserver ends each watch after its ``timeoutSeconds`` (300 s
-# here), so a connection silent for longer than this is dead, not idle, and is opened again.
+# here), so a connection silent for this much longer is dead, not idle, and is opened again.
 WATCH_SECONDS = 300
-WATCH_READ_TIMEOUT_SECONDS = WATCH_SECONDS + 30
+WATCH_READ_GRACE_SECONDS = 30
 # Once a watch has read every event that has arrived, it waits this long before it reads on,
 # so that the events of a burst (one a binding, 3–5 ms apart) are read a batch at a time: a
 # watch thread woken for each event cost 210–460 µs of CPU an event under a burst, against
@@ -532,7 +532,10 @@ class WatchExpired(ExtenderError):
 
 
 def watch_events(
-    list_call: Callable[..., Any], batch_seconds: float = WATCH_BATCH_SECONDS, **params: Any
+    list_call: Callable[..., Any],
+    batch_seconds: float = WATCH_BATCH_SECONDS,
+    timeout_seconds: int = WATCH_SECONDS,
+    **params: Any,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """The events of one watch request, as ``(type, object)``, the object as the API's JSON.
 
@@ -551,9 +554,9 @@ def watch_events(
     """
     resp = list_call(
         watch=True,
-        timeout_seconds=WATCH_SECONDS,
+        timeout_seconds=timeout_seconds,
         _preload_content=False,
-        _request_timeout=(30, WATCH_READ_TIMEOUT_SECONDS),
+        _request_timeout=(30, timeout_seconds + WATCH_READ_GRACE_SECONDS),
         **params,
     )
     try:
@@ -647,10 +650,17 @@ def _readable(sock: Any) -> bool:
 class ListWatch:
     """A daemon thread that lists and watches, again and again; never raises.
 
-    One run is a listing and the watch from it (``_watch_once``). A run that held for
-    ``HELD_SECONDS`` was working: whatever ended it (the API server's watch timeout, a 410
-    for a resourceVersion too old, a connection cut), the next lists at once and the back-off
-    starts again from its first step. A run that ended sooner, cleanly or not, waits the
+    One run (``_watch_once``) is a watch, after a listing where it needs one: a watch the API
+    server ended cleanly (its ``timeoutSeconds``) is followed by another from the last
+    resourceVersion it saw (an event's, or a BOOKMARK's: the watches ask for them, so that
+    resourceVersion stays recent while no event matches the selector), without listing again,
+    as client-go's reflector does; a run that failed in any way lists first. A subclass says
+    how to list (``_list``: take the listing as the truth, return its resourceVersion), how to
+    watch from a resourceVersion (``_watch``) and what an event does (``_handle``).
+
+    A run that held for ``HELD_SECONDS`` was working: whatever ended it (the API server's watch
+    timeout, a 410 for a resourceVersion too old, a connection cut), the next starts at once
+    and the back-off starts again from its first step. A run that ended sooner, cleanly or not, waits the
     back-off first, doubling up to ``MAX_BACKOFF_SECONDS``: a watch the API server (or a proxy)
     ends at once is not listed again in a loop, and a watch cut every few minutes is not left
     further behind each time. A 410 (``WatchExpired``) is the exception: the listing's
@@ -675,6 +685,9 @@ class ListWatch:
         self.error = ""
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.monotonic: Callable[[], float] = time.monotonic
+        self.watch_seconds = WATCH_SECONDS  # the watch's timeoutSeconds: the API server ends it then
+        self.lists = 0  # listings made: the first, and one after every run that failed
+        self._resume: str | None = None  # the resourceVersion the next run watches from; None: list first
 
     def start(self) -> None:
         self._thread.start()
@@ -711,7 +724,37 @@ class ListWatch:
                 self._stop.wait(wait)
 
     def _watch_once(self) -> None:
+        version, self._resume = self._resume, None  # a run that fails lists again
+        if version is None:
+            version = self._list()
+            self.lists += 1
+            self.listed.set()
+        for kind, obj in self._watch(version):
+            if self._stop.is_set():
+                return
+            if kind != "BOOKMARK":  # a BOOKMARK carries a resourceVersion and nothing else
+                self._handle(kind, obj)
+            version = (obj.get("metadata") or {}).get("resourceVersion") or version
+        self._resume = version
+
+    def _list(self) -> str:
+        """List, take the listing as the truth, and return its resourceVersion."""
         raise NotImplementedError
+
+    def _watch(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The events of one watch from ``version``: ``watch_events`` with the listing's
+        selectors, ``timeout_seconds=self.watch_seconds`` and ``allow_watch_bookmarks=True``."""
+        raise NotImplementedError
+
+    def _handle(self, kind: str, obj: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+def listing_version(listing: dict[str, Any]) -> str:
+    version = (listing.get("metadata") or {}).get("resourceVersion")
+    if not isinstance(version, str) or not version:
+        raise ExtenderError(f"list: no metadata.resourceVersion in the API's listing: {str(listing.get('metadata'))[:120]}")
+    return version
 
 
 class NodeServerWatch(ListWatch):
@@ -728,12 +771,13 @@ class NodeServerWatch(ListWatch):
         self.kubeconfig = kubeconfig
         self.label = label
         self.extender = extender
+        self._api: Any = None  # the client of the last listing, which the watches after it use
 
-    def _watch_once(self) -> None:
+    def _list(self) -> str:
         from kubernetes import client
 
-        api = client.CoreV1Api(api_client(self.kubeconfig))
-        resp: Any = api.list_node(label_selector=self.label, _request_timeout=30, _preload_content=False)
+        self._api = client.CoreV1Api(api_client(self.kubeconfig))
+        resp: Any = self._api.list_node(label_selector=self.label, _request_timeout=30, _preload_content=False)
         listing = orjson.loads(resp.data)
         servers = {}
         for node in listing.get("items") or []:
@@ -742,24 +786,30 @@ class NodeServerWatch(ListWatch):
             if meta.get("name") and server:
                 servers[meta["name"]] = server
         self.extender.node_servers = servers
-        self.listed.set()
+        return listing_version(listing)
+
+    def _watch(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         # With the label selector a node whose label is removed comes as DELETED.
-        for kind, node in watch_events(
-            api.list_node, label_selector=self.label, resource_version=(listing.get("metadata") or {}).get("resourceVersion")
-        ):
-            if self._stop.is_set():
-                return
-            meta = node.get("metadata") or {}
-            name = meta.get("name")
-            if not name:
-                continue
-            server = (meta.get("labels") or {}).get(self.label)
-            current = dict(self.extender.node_servers)
-            if kind == "DELETED" or not server:
-                current.pop(name, None)
-            else:
-                current[name] = server
-            self.extender.node_servers = current
+        return watch_events(
+            self._api.list_node,
+            label_selector=self.label,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_seconds,
+        )
+
+    def _handle(self, kind: str, node: dict[str, Any]) -> None:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return
+        server = (meta.get("labels") or {}).get(self.label)
+        current = dict(self.extender.node_servers)
+        if kind == "DELETED" or not server:
+            current.pop(name, None)
+        else:
+            current[name] = server
+        self.extender.node_servers = current
 
 
 BOUND_PODS = "spec.nodeName!="  # a field selector: pods assigned to a node
@@ -794,18 +844,20 @@ class PodBindingWatch(ListWatch):
         self.occupancy = occupancy
         self.unbound = unbound
         self._bound: set[str] = set()
+        self._api: Any = None  # the client of the last listing, which the watches after it use
 
-    def _watch_once(self) -> None:
+    def _list(self) -> str:
         from kubernetes import client
 
-        api = client.CoreV1Api(api_client(self.kubeconfig))
+        self._api = client.CoreV1Api(api_client(self.kubeconfig))
         # Raw JSON throughout: building a V1Pod per event and turning it back into a dict cost
         # milliseconds of CPU per pod, enough for the watch to fall a burst behind the
         # scheduler, and every placement it has not seen yet is load the policy cannot see.
-        resp: Any = api.list_pod_for_all_namespaces(
+        resp: Any = self._api.list_pod_for_all_namespaces(
             field_selector=BOUND_PODS, _request_timeout=30, _preload_content=False
         )
         listing = orjson.loads(resp.data)
+        version = listing_version(listing)
         items = listing.get("items") or []
         bound = {uid for p in items if (uid := (p.get("metadata") or {}).get("uid"))}
         # A listing after the watch broke off: the pods it had seen bound and the listing no
@@ -826,18 +878,22 @@ class PodBindingWatch(ListWatch):
                 if until is not None:
                     held[pod["metadata"]["uid"]] = (pod["spec"]["nodeName"], until)
             self.occupancy.replace(held)
-        self.listed.set()
+        return version
+
+    def _watch(self, version: str) -> Iterator[tuple[str, dict[str, Any]]]:
         # The watch has the listing's selector: the API server drops pending pods' events (their
         # creation, kube-scheduler's status patch on every failed attempt), and a pod appears
         # as ADDED once bound.
-        for kind, pod in watch_events(
-            api.list_pod_for_all_namespaces,
+        return watch_events(
+            self._api.list_pod_for_all_namespaces,
             field_selector=BOUND_PODS,
-            resource_version=(listing.get("metadata") or {}).get("resourceVersion"),
-        ):
-            if self._stop.is_set():
-                return
-            self.handle(kind, pod)
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_seconds,
+        )
+
+    def _handle(self, kind: str, pod: dict[str, Any]) -> None:
+        self.handle(kind, pod)
 
     def record_listed(self, items: list[dict[str, Any]]) -> None:
         """Record the listed pods bound within ``ttl_seconds``, each at the time it was bound.

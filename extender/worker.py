@@ -360,9 +360,9 @@ class FrontBufferedWorker(ThreadWorker):  # type: ignore[misc]
                     self._reject(conn, 431, "head_too_large", f"request head over {MAX_HEAD_BYTES} bytes")
                     return True
                 # what cannot become a request is answered now, not at the read deadline
-                wrong = _request_line_problem(buf)
+                wrong = _request_line_problem(buf, self.head_limits.line)
                 if wrong:
-                    self._reject(conn, 400, "bad_request_line", wrong)
+                    self._reject(conn, *wrong)
                     return True
                 return False
             if end + 4 > MAX_HEAD_BYTES:  # (a head that came whole in one read as well as in pieces)
@@ -797,21 +797,24 @@ _TOKEN_START = re.compile(_TOKEN)
 _REQUEST_LINE = re.compile(_TOKEN + rb"+ [^ \r\n]+ HTTP/[0-9]\.[0-9]\r")
 
 
-def _request_line_problem(buf: bytes | bytearray) -> str | None:
-    """Why the start of a request whose head is not all here yet can never be an HTTP/1.x request
-    (None: it may still be one). A TLS handshake sent to a plain-HTTP port, or a request line
-    ended by a bare LF, waited for the read deadline and got 408; gunicorn's parser answers
-    both at once with 400, and so does this."""
+def _request_line_problem(buf: bytes | bytearray, line_limit: int = GUNICORN_DEFAULTS.line) -> tuple[int, str, str] | None:
+    """Why the start of a request whose head is not all here yet can never be an HTTP/1.x request,
+    as ``(status, reason, message)`` (None: it may still be one). A TLS handshake sent to a
+    plain-HTTP port, a request line ended by a bare LF, or one still arriving that is already
+    over ``limit_request_line``, waited for the read deadline and got 408 (or, for the last, for
+    64 KiB); gunicorn's parser answers them at once, with 400 and 414, and so does this."""
     first = buf[:1]
     if not first or first in (b"\r", b"\n"):
         return None  # (an empty line before the request line is allowed, RFC 9112 section 2.2)
     if first[0] == 0x16:
-        return "a TLS handshake on a plain-HTTP port: serve TLS (server.tls) or call the extender over HTTP"
+        return 400, "bad_request_line", "a TLS handshake on a plain-HTTP port: serve TLS (server.tls) or call the extender over HTTP"
     if not _TOKEN_START.match(first):
-        return "not an HTTP/1.x request"
+        return 400, "bad_request_line", "not an HTTP/1.x request"
     nl = buf.find(b"\n")
     if nl >= 0 and not _REQUEST_LINE.fullmatch(buf, 0, nl):
-        return "malformed request line: METHOD TARGET HTTP/1.1, ended by CRLF"
+        return 400, "bad_request_line", "malformed request line: METHOD TARGET HTTP/1.1, ended by CRLF"
+    if nl < 0 and line_limit and len(buf) - 2 > line_limit:  # gunicorn's read_line: the CRLF may be all that is missing
+        return 414, "malformed", f"malformed request: Request Line is too large ({len(buf)} > {line_limit})"
     return None
 
 

@@ -9,6 +9,7 @@ them with a nodeSelector, so nothing else in the session-wide cluster takes part
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -415,6 +416,73 @@ def test_the_pod_watch_records_bindings_and_forgets_deleted_pods(control_plane, 
         assert (seen[0][0], seen[-1][0]) == ("ADDED", "DELETED"), seen
     finally:
         watch.stop()
+
+
+def test_the_pod_watch_resumes_from_its_last_resource_version_when_the_api_server_ends_it(
+        control_plane, node_factory, e2e_namespace):
+    # kube-apiserver ends every watch at its timeoutSeconds (4 s here, 300 s as shipped). The
+    # next watch resumes from the last resourceVersion seen, an event's or a BOOKMARK's, without
+    # listing again (a listing of every bound pod in the cluster, each replica, every 300 s);
+    # a binding and a deletion made while no watch is open still arrive, and the BOOKMARKs keep
+    # that resourceVersion recent while nothing matches the watch's selector.
+    from joulesched.extender.kube import Binder, PodBindingWatch
+    from joulesched.extender.predicted import PredictedLoad
+    from joulesched.extender.wire import BindingArgs
+
+    cp, ns, tag = control_plane, e2e_namespace, uid_tag()
+    node = f"resumed-{tag}"
+    node_factory(node, cpu="8", memory="8Gi")
+    predicted = PredictedLoad(ttl_seconds=3600, settle_seconds=3600)
+    watch = PodBindingWatch(str(cp.kubeconfig), predicted)
+    watch.watch_seconds = 4  # kube-apiserver sends its BOOKMARK 2 s before a watch's end
+    watch.HELD_SECONDS = 3  # a watch that lasted its 4 s held: the next starts at once
+    watched: list[tuple[float, str]] = []  # when each watch began, and from which resourceVersion
+    kinds: list[str] = []
+    listed_version: list[str] = []
+    watch_from, list_from = watch._watch, watch._list
+
+    def watching(version: str):
+        watched.append((time.monotonic(), version))
+        for kind, obj in watch_from(version):
+            kinds.append(kind)
+            yield kind, obj
+
+    def listing() -> str:
+        listed_version.append(list_from())
+        return listed_version[-1]
+
+    watch._watch, watch._list = watching, listing  # type: ignore[method-assign]
+    uids = {}
+    for p in ("a", "b"):
+        cp.create_pod(f"{p}-{tag}", ns, scheduler_name="nobody", cpu="500m", memory="64Mi")
+        uids[p] = cp.core.read_namespaced_pod(f"{p}-{tag}", ns).metadata.uid
+    watch.start()
+    try:
+        assert watch.listed.wait(30), "the pod watch never listed"
+        Binder(str(cp.kubeconfig))(BindingArgs(f"a-{tag}", ns, uids["a"], node))
+        _wait_until(lambda: predicted.placement(uids["a"]) is not None, 30, what="a's binding seen")
+        # Pending pods (no match for the selector) move the store's resourceVersion on: only a
+        # BOOKMARK can bring the watches' resourceVersion up to the last one's.
+        pending = [cp.create_pod(f"pending-{i}-{tag}", ns, scheduler_name="nobody", cpu="10m", memory="8Mi")
+                   for i in range(5)]
+        last_pending = int(pending[-1].metadata.resource_version)
+        _wait_until(lambda: int(watched[-1][1]) >= last_pending, 30, what="a watch from after the pending pods")
+        # Between two watches: the next one replays what happened from its resourceVersion on.
+        ended = len(watched)
+        _wait_until(lambda: len(watched) > ended, 30, what="another watch")
+        cp.core.delete_namespaced_pod(f"a-{tag}", ns, grace_period_seconds=0)
+        Binder(str(cp.kubeconfig))(BindingArgs(f"b-{tag}", ns, uids["b"], node))
+        _wait_until(lambda: predicted.placement(uids["a"]) is None, 30, what="a's deletion seen")
+        _wait_until(lambda: predicted.placement(uids["b"]) is not None, 30, what="b's binding seen")
+        _wait_until(lambda: len(watched) >= ended + 2, 30, what="more watches ended by the API server")
+    finally:
+        watch.stop()
+    assert watch.lists == 1 and len(listed_version) == 1, (watch.lists, listed_version)
+    versions = [int(v) for _, v in watched]
+    assert versions[0] == int(listed_version[0]) and versions == sorted(versions), versions
+    assert "BOOKMARK" in kinds, kinds  # asked for, and sent
+    # Each watch after the first began where the last left off, and at once.
+    assert all(b - a < 4 + 1.5 for (a, _), (b, _) in itertools.pairwise(watched)), watched
 
 
 def test_the_pod_watch_listing_again_after_a_break_forgets_the_pods_deleted_in_it(

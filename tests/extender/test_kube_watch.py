@@ -55,6 +55,15 @@ def test_410s_that_repeat_within_EXPIRED_REPEAT_SECONDS_wait_the_back_off() -> N
     assert gaps(runs) == [0, 6, 7, 9, 13, 21, 37, 0, 60]
 
 
+BOUND = {"metadata": {"name": "p", "namespace": "n", "uid": "u1", "resourceVersion": "9"},
+         "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+EVENTS: dict[str, Any] = {
+    "added": {"type": "ADDED", "object": BOUND},
+    "bookmark": {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "12"}}},
+    "garbage": "not an event",
+}
+
+
 class FakeApi:
     """A fake kube-apiserver for the pod watch: ``GET /api/v1/pods`` lists (no pods, one
     resourceVersion) and, with ``watch=true``, answers the next of ``watches`` — ``"gone"``
@@ -87,6 +96,9 @@ class FakeApi:
                 if what == "gone":
                     event = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
                                                                     "message": "too old resource version: 7 (12)"}}).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                elif what in EVENTS:  # one event, then the watch's end, as at its timeoutSeconds
+                    event = json.dumps(EVENTS[what]).encode() + b"\n"
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                 else:
                     api.closing.wait(30)
@@ -167,3 +179,14 @@ def test_the_pod_watch_backs_off_when_the_api_server_answers_410_again_and_again
     assert len(api.lists) == 4
     waited = [round(b - a, 1) for a, b in itertools.pairwise(api.lists)]
     assert waited[0] < 0.5 and 0.9 <= waited[1] < 1.5 and 1.9 <= waited[2] < 2.5, waited
+
+
+def test_a_watch_the_api_server_ends_is_followed_by_one_from_its_last_resource_version_without_a_listing(
+        watching: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As client-go's reflector: the next watch starts from the last event's resourceVersion, or
+    # a BOOKMARK's. A watch that fails lists again.
+    monkeypatch.setattr(ListWatch, "HELD_SECONDS", 0.0)  # these watches end at once: no back-off
+    api = watching(["added", "bookmark", "garbage", "hold"])
+    wait_for(lambda: len(api.watched) == 4, 10)
+    assert [rv for _, rv in api.watched] == ["7", "9", "12", "7"]
+    assert len(api.lists) == 2 and api.watched[2][0] < api.lists[1] < api.watched[3][0]  # after the failure only

@@ -17,7 +17,7 @@ import urllib3
 from joulesched.extender.errors import ExtenderError
 from joulesched.extender.kube import (
     MAX_WATCH_LINE_BYTES,
-    WATCH_READ_TIMEOUT_SECONDS,
+    WATCH_READ_GRACE_SECONDS,
     WATCH_SECONDS,
     ListWatch,
     WatchExpired,
@@ -103,11 +103,11 @@ def test_the_watch_request() -> None:
         "watch": True,
         "timeout_seconds": WATCH_SECONDS,
         "_preload_content": False,
-        "_request_timeout": (30, WATCH_READ_TIMEOUT_SECONDS),
+        "_request_timeout": (30, WATCH_SECONDS + WATCH_READ_GRACE_SECONDS),
         "label_selector": "x",
         "resource_version": "5",
     }
-    assert WATCH_READ_TIMEOUT_SECONDS > WATCH_SECONDS  # the server ends a watch before the client gives up on it
+    assert WATCH_READ_GRACE_SECONDS > 0  # the server ends a watch before the client gives up on it
 
 
 @pytest.mark.parametrize(

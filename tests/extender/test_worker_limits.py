@@ -101,6 +101,24 @@ def test_bytes_that_cannot_begin_a_request_are_answered_at_once_not_at_the_read_
     assert failures(port)['joulesched_extender_failures_total{reason="bad_request_line",verb="http"}'] == 1.0
 
 
+def test_a_request_line_still_arriving_over_the_limit_is_answered_414_at_once(
+    extender: tuple[subprocess.Popen[bytes], int],
+) -> None:
+    # gunicorn's read_line refuses a line without its CRLF once it is over limit_request_line
+    # (8,190 as deployed); before, the worker waited for 64 KiB or the read deadline (408).
+    _, port = extender
+    began = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=8) as s:
+        s.sendall(b"GET /" + b"a" * 9000)  # and nothing more
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    status, error = status_and_error(reply)
+    assert time.monotonic() - began < 5.0  # the read deadline is 10 s
+    assert status == 414 and error == "malformed request: Request Line is too large (9005 > 8190)", error
+    assert failures(port)['joulesched_extender_failures_total{reason="malformed",verb="http"}'] == 1.0
+
+
 def test_paths_flask_answers_404_and_405_are_counted(extender: tuple[subprocess.Popen[bytes], int]) -> None:
     _, port = extender
     assert status_and_error(raw(port, request(b"/sched/filter", headers=b"Host: x\r\nConnection: close\r\n")))[0] == 404
