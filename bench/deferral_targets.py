@@ -38,6 +38,7 @@ import argparse
 import json
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -264,8 +265,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--deadline-hours", type=float, default=12.0, help="done within this long of submission (12)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="caiso+miso, the July week, autoscaler on")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "deferral-targets.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where the figures go (default: bench/results/deferral-targets.json for the recorded study, "
+                    "every option at its default; any other run, --quick included, writes to the temporary folder, "
+                    "never over the recorded figures)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        recorded = all(getattr(args, action.dest) == action.default for action in ap._actions if action.dest != "help")
+        args.out = (ROOT / "bench" / "results" if recorded else Path(tempfile.gettempdir())) / "deferral-targets.json"
     if args.quick:
         args.weeks, args.autoscaler = "2022-07-11", "on"
         args.clusters = "caiso+miso" if args.clusters == ",".join(CLUSTERS) else args.clusters

@@ -32,6 +32,7 @@ import json
 import math
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -331,9 +332,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--load-pods", type=int, default=None, help="synthetic pods per load level (4,000; quick: 1,500)")
     ap.add_argument("--extender-weight", type=int, default=DEFAULT_EXTENDER_WEIGHT, help="the extender's weight in kube-scheduler (default: deploy/'s)")
     ap.add_argument("--filter-keeps", choices=FILTER_KEEPS_CHOICES, default="all", help="policy.filter_keeps of the extender (default: all, deploy/'s)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "policy-targets.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where the figures go (default: bench/results/policy-targets.json for the recorded study, "
+                    "every option at its default; any other run, --quick included, writes to the temporary folder, "
+                    "never over the recorded figures)")
     ap.add_argument("--write-openb-cluster", type=Path, default=None, help="write the scaled openb cluster spec and exit")
     args = ap.parse_args(argv)
+    if args.out is None:
+        recorded = all(getattr(args, action.dest) == action.default for action in ap._actions if action.dest != "help")
+        args.out = (ROOT / "bench" / "results" if recorded else Path(tempfile.gettempdir())) / "policy-targets.json"
     global EXTENDER_WEIGHT, FILTER_KEEPS
     EXTENDER_WEIGHT = args.extender_weight
     FILTER_KEEPS = args.filter_keeps
@@ -374,6 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bt = case["bound_target"]
                 summary.append((label, "bound", bt["met"], _pct(bt["share"]) + " % of the request-aware estimate's saving"))
                 summary.append((label, "placed", bt["cheapest_first_met"], _pct(bt["cheapest_first_share"]) + " % of the cheapest-first placement's saving"))
+                for target, t in case["targets"].items():  # the bin-packing targets hold on every workload
+                    summary.append((label, target, t["met"], ", ".join(k for k, ok in t["checks"].items() if not ok) or "all checks"))
             continue
         if kind == "nf-core":
             traces = [read_wfformat(p) for p in sorted((args.data / "workflows" / "nextflow").glob("*.json"))]

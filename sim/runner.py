@@ -317,9 +317,15 @@ def comparison(runs: Mapping[str, PolicyRun], baseline: str = "default") -> dict
     return out
 
 
-def targets(compare: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
-    """The placement targets, checked (never forced): energy ≥ 15 % with makespan ≤ +5 %; carbon ≥ 25 %."""
+def targets(
+    compare: Mapping[str, Mapping[str, float]], against_bin_packing: Mapping[str, Mapping[str, float]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The placement targets, checked (never forced): energy ≥ 15 % with makespan ≤ +5 %; carbon ≥ 25 %,
+    each against ``default`` (``compare``). With ``against_bin_packing`` (``comparison(runs,
+    "most-allocated")``), each also says the saving against bin-packing, which the verdict leaves out
+    but every claim states (docs/sim.md, "Targets against bin-packing")."""
     out: dict[str, dict[str, Any]] = {}
+    packed = against_bin_packing or {}
     if "energy" in compare:
         c = compare["energy"]
         out["energy"] = {
@@ -329,6 +335,8 @@ def targets(compare: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, A
             "met": c["energy_saving_percent"] >= TARGETS["energy_saving_percent"]
             and c["makespan_change_percent"] <= TARGETS["makespan_increase_percent"],
         }
+        if "energy" in packed:
+            out["energy"]["energy_saving_vs_most_allocated_percent"] = packed["energy"]["energy_saving_percent"]
     if "carbon" in compare:
         c = compare["carbon"]
         out["carbon"] = {
@@ -336,6 +344,8 @@ def targets(compare: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, A
             "target": f">= {TARGETS['carbon_saving_percent']:g} % less CO2e",
             "met": c["carbon_saving_percent"] >= TARGETS["carbon_saving_percent"],
         }
+        if "carbon" in packed:
+            out["carbon"]["carbon_saving_vs_most_allocated_percent"] = packed["carbon"]["carbon_saving_percent"]
     return out
 
 

@@ -37,6 +37,14 @@ def test_run_writes_results_report_and_plots(tmp_path: Path, capsys: pytest.Capt
     assert set(att["methylseq-dirt02-001"]["methods"]) >= {"counter_edges", "cpu_share", "pod_increase_30s", "pod_sum_over_time_15s", "node_increase_30s"}
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "## Summary" in report and "## Attribution" in report and "## Targets" in report
+    # Each target's figures against default and against bin-packing, on screen and in the report.
+    energy = results["targets"]["energy"]
+    line = next(t for t in printed.splitlines() if t.startswith("target energy:"))
+    assert line.endswith(
+        f"({energy['energy_saving_percent']:.1f} % less than default, "
+        f"{energy['energy_saving_vs_most_allocated_percent']:.1f} % less than most-allocated)"
+    ), line
+    assert f"({energy['energy_saving_vs_most_allocated_percent']:.1f} % less than `most-allocated`)" in report
     for png in ("energy_carbon.png", "cluster_power.png", "node_utilisation.png", "attribution_error.png", "attribution_scrapes.png"):
         assert (out / png).stat().st_size > 1000, png
 
@@ -108,3 +116,7 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert {"energy", "carbon"} <= set(results["targets"])
     assert {"quantms-shape", "rangeland-shape", "rnaseq-shape"} <= set(results["attribution"]["workflows"])
     assert results["sensitivity"]["no_autoscaler"]["policies"]["default"]["pods"] == results["policies"]["default"]["pods"]
+    # The targets are checked with the autoscaler off too, and reported.
+    assert {"energy", "carbon"} <= set(results["sensitivity"]["no_autoscaler"]["targets"])
+    report = (tmp_path / "demo" / "report.md").read_text(encoding="utf-8")
+    assert "## Targets (every node powered all the time (autoscaler off))" in report

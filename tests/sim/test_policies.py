@@ -69,6 +69,14 @@ def test_comparison_and_targets_are_computed_not_forced() -> None:
     goals = targets(cmp)
     assert goals["energy"]["met"] == (cmp["energy"]["energy_saving_percent"] >= 15 and cmp["energy"]["makespan_change_percent"] <= 5)
     assert goals["carbon"]["met"] == (cmp["carbon"]["carbon_saving_percent"] >= 25)
+    # Against bin-packing too: stated beside the verdict, which stays the one against default.
+    packed = targets(cmp, comparison(runs, "most-allocated"))
+    energy_vs_ma = 100.0 * (1 - runs["energy"].metrics["energy_joules"] / runs["most-allocated"].metrics["energy_joules"])
+    carbon_vs_ma = 100.0 * (1 - runs["carbon"].metrics["carbon_grams"] / runs["most-allocated"].metrics["carbon_grams"])
+    assert packed["energy"]["energy_saving_vs_most_allocated_percent"] == pytest.approx(energy_vs_ma)
+    assert packed["carbon"]["carbon_saving_vs_most_allocated_percent"] == pytest.approx(carbon_vs_ma)
+    assert [packed[k]["met"] for k in ("energy", "carbon")] == [goals[k]["met"] for k in ("energy", "carbon")]
+    assert "energy_saving_vs_most_allocated_percent" not in goals["energy"]
 
 
 def test_unknown_policy_is_named() -> None:
