@@ -46,7 +46,10 @@ JSON = "application/json"
 def make_source(config: ExtenderConfig) -> ProfileSource:
     if config.source == "prometheus":
         return PrometheusSource(
-            config.prometheus_url, config.prometheus_cache_seconds, config.prometheus_timeout_seconds
+            config.prometheus_url,
+            config.prometheus_cache_seconds,
+            config.prometheus_timeout_seconds,
+            selector=config.prometheus_selector,
         )
     if config.source == "tenant":
         from joulesched.extender.tenant import TenantSource

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from joulesched.contracts.documents import read_yaml
+from joulesched.extender.profiles import SELECTOR
 from joulesched.extender.tenant import TenantConfig, check_tenant_config
 from joulesched.policy.config import PolicyConfig
 from joulesched.policy.validate import Checker, read_settings, setting
@@ -87,6 +88,14 @@ class ExtenderConfig:
     )
     prometheus_url: str = setting(
         "", "Prometheus base URL; required for `prometheus`", key="profiles.prometheus.url", shown="—"
+    )
+    prometheus_selector: str = setting(
+        "",
+        "label matchers every profile query adds, e.g. `job=\"joulesched-agent\"`: only the agents' series are"
+        " read. Empty: any scraped target that publishes series of the agents' names is read as an agent"
+        " (deploy/ sets the agents' job)",
+        key="profiles.prometheus.selector",
+        empty_ok=True,
     )
     prometheus_cache_seconds: float = setting(
         10.0,
@@ -217,6 +226,11 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None, *, profile_
         check.problem("profiles.prometheus.url", "is required when profiles.source is prometheus")
     if prom_url and not prom_url.startswith(("http://", "https://")):
         check.problem("profiles.prometheus.url", f"must be an http:// or https:// URL, got {prom_url!r}")
+    if not SELECTOR.fullmatch(config.prometheus_selector):
+        check.problem(
+            "profiles.prometheus.selector",
+            f'must be PromQL label matchers, comma-separated (job="joulesched-agent"), got {config.prometheus_selector!r}',
+        )
     if config.source == "tenant":
         if base_dir is not None:  # secret files, as the TLS files, relative to the config's folder
             tenant = config.tenant

@@ -13,6 +13,7 @@ import http.client
 import logging
 import math
 import os
+import re
 import socket
 import ssl
 import threading
@@ -171,14 +172,25 @@ _NODE_GAUGES = (
 _SITE_GAUGES = (m.SITE_PUE, m.SITE_CARBON, m.SITE_WUE, m.SITE_RENEWABLE)
 
 
-def profile_queries() -> tuple[str, str]:
-    """The two instant queries: every profile gauge, and when each node was last measured."""
+# Label matchers, comma-separated, as a PromQL selector holds them: `job="joulesched-agent"`,
+# `namespace=~"joulesched.*",job!="x"` (RE2 patterns and escaped quotes inside the strings).
+_MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
+SELECTOR = re.compile(rf"(?:{_MATCHER}(?:,{_MATCHER})*,?)?\s*")
+
+
+def profile_queries(selector: str = "") -> tuple[str, str]:
+    """The two instant queries: every profile gauge, and when each node was last measured.
+
+    ``selector`` (label matchers, ``SELECTOR``) narrows both to the agents' own series: without
+    it, any scraped target that publishes series of these names is read as an agent's.
+    """
     pattern = "|".join(g.name for g in (*_NODE_GAUGES, *_SITE_GAUGES, m.OWNER_CPU_CORES))
-    values = f'{{__name__=~"{pattern}"}}'
+    extra = f",{selector.strip().rstrip(',')}" if selector.strip() else ""
+    values = f'{{__name__=~"{pattern}"{extra}}}'
     # every sample of the agent exports the core count (the utilisation is left out while not
     # measured, the platform power while a source of its basis is not read): its time is when
     # the agent was last scraped
-    measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_CPU_CORES.name}))"
+    measured = f"max by ({m.L_NODE}) (timestamp({m.NODE_CPU_CORES.name}{{{extra.lstrip(',')}}}))"
     return values, measured
 
 
@@ -361,8 +373,11 @@ class PrometheusSource:
 
     name = "prometheus"
 
-    def __init__(self, url: str, cache_seconds: float = 10.0, timeout_seconds: float = 2.0, clock: Clock = time.time) -> None:
+    def __init__(
+        self, url: str, cache_seconds: float = 10.0, timeout_seconds: float = 2.0, clock: Clock = time.time, selector: str = ""
+    ) -> None:
         self.url = url
+        self.selector = selector  # label matchers for the agents' series (profile_queries)
         self.clock = clock
         self.errors = 0
         self._query = InstantQuery(url, timeout_seconds)
@@ -400,7 +415,7 @@ class PrometheusSource:
             self._refreshing.clear()
 
     def _refresh(self) -> Snapshot:
-        values_q, measured_q = profile_queries()
+        values_q, measured_q = profile_queries(self.selector)
         try:
             values = self._query(values_q)
             measured = self._query(measured_q)

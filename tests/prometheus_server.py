@@ -67,7 +67,7 @@ class PrometheusServer:
         interval: str = "1s",
         scrape_configs: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Scrapes ``targets`` (job ``joulesched``), or runs ``scrape_configs`` as given instead."""
+        """Scrapes ``targets`` (job ``joulesched-agent``, deploy/agent's), or runs ``scrape_configs`` as given instead."""
         self.binary = require("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -77,7 +77,7 @@ class PrometheusServer:
             "rule_files": rule_files or [],
             "scrape_configs": scrape_configs
             if scrape_configs is not None
-            else [{"job_name": "joulesched", "static_configs": [{"targets": targets}]}],
+            else [{"job_name": "joulesched-agent", "static_configs": [{"targets": targets}]}],
         }
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = (workdir / "prometheus.log").open("wb")

@@ -29,7 +29,10 @@ AGENT_NAMESPACE = "joulesched-agent"
 KUBE_VERSION = "v1.37.2"  # the release deploy/scheduler pins, and the e2e apiserver's
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
                "app.kubernetes.io/version"}
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+# kustomize does not know ValidatingAdmissionPolicy(Binding) is cluster-scoped: it writes the
+# namespace on them (the apiserver ignores it).
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 
 # The chart's copies of deploy/'s files (.Files.Get reads only inside the chart).
 COPIES = {
@@ -51,7 +54,7 @@ VALUES_FILES: dict[str, dict[str, Any]] = {
         "dashboard": {"enabled": True, "labelKey": "grafana_dashboard", "labelValue": "joulesched"},
         "extender": {"replicas": 3, "serviceMonitor": {"enabled": True}, "nodeSelector": {"node-role.kubernetes.io/infra": ""},
                      "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
-                     "config": {"bind": {"enabled": True}}},
+                     "config": {"bind": {"enabled": True}}, "tls": {"enabled": True}},
         "scheduler": {"image": {"tag": "v1.36.4", "pullPolicy": "IfNotPresent"},
                       "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}}},
     },
@@ -232,6 +235,10 @@ def test_everything_on(helm, tmp_path):
     assert [e.get("honorLabels") for e in sm["spec"]["endpoints"]] == [True]
     ext_sm = objs[("ServiceMonitor", NAMESPACE, "joulesched-extender")]
     assert ext_sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # deploy/'s, with the scheme and CA of extender.tls (on in these values)
+    (endpoint,) = ext_sm["spec"]["endpoints"]
+    assert (endpoint.pop("scheme"), endpoint.pop("tlsConfig")) == ("https", {
+        "ca": {"secret": {"name": "joulesched-extender-tls", "key": "ca.crt"}}, "serverName": f"joulesched-extender.{NAMESPACE}.svc"})
     assert ext_sm["spec"] == yaml.safe_load((DEPLOY / "extender/servicemonitor/servicemonitor.yaml").read_text())["spec"]
     pr = objs[("PrometheusRule", NAMESPACE, "joulesched-impact")]
     assert pr["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -364,6 +371,7 @@ def test_scheduler_image_follows_the_cluster_version(helm, kube_version, tag):
     ("scheduler.percentageOfNodesToScore=101", "/scheduler/percentageOfNodesToScore"),
     ("extenderReplicas=2", "additional properties"),
     ("deferrer.replicas=0", "/deferrer/replicas"),
+    ("extender.tls.serverSecret=", "/extender/tls/serverSecret"),
 ])
 def test_schema_rejects_bad_values(helm, bad, message):
     flag = "--set-string" if bad.startswith("agent.enabled") else "--set"
@@ -398,3 +406,38 @@ def test_the_node_watch_gets_its_permission_and_a_not_ready_extender_never_holds
     assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]} in rules  # extender/kube.py: list_node
     pdb = objs[("PodDisruptionBudget", NAMESPACE, "joulesched-extender")]["spec"]
     assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow", "both replicas not ready (Prometheus down) must not hold a drain"
+    # The pods are listed and watched only by the pod watch (extender/kube.py: PodBindingWatch).
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}
+    assert pods in rules
+    objs = by_key(helm_template(helm, "--set", "extender.config.predicted_load.watch_pods=false"))
+    assert pods not in (objs[("ClusterRole", "", "joulesched-extender")]["rules"] or [])
+
+
+def test_mutual_tls_between_kube_scheduler_and_the_extender(helm):
+    # Off by default (the render equals deploy/'s); on, both ends get their Secret and the
+    # configs point at the mounted files (tests/e2e/test_chart_e2e.py runs them in the real
+    # kube-scheduler).
+    def entry_and_config(*extra: str) -> tuple[dict[str, Any], dict[str, Any], dict[tuple[str, str, str], dict[str, Any]]]:
+        objs = by_key(helm_template(helm, *extra))
+        sched = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-scheduler-config")]["data"]["scheduler-config.yaml"])
+        ext = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-extender")]["data"]["config.yaml"])
+        return sched["extenders"][0], ext, objs
+
+    entry, ext, _ = entry_and_config()
+    assert entry["enableHTTPS"] is False and entry["urlPrefix"].startswith("http://") and "tlsConfig" not in entry
+    assert "tls" not in ext["server"]
+    entry, ext, objs = entry_and_config("--set", "extender.tls.enabled=true", "--set", "extender.tls.serverSecret=srv",
+                                        "--set", "extender.tls.clientSecret=cli")
+    assert entry["enableHTTPS"] is True and entry["urlPrefix"] == f"https://joulesched-extender.{NAMESPACE}.svc:8888/scheduler"
+    assert entry["tlsConfig"] == {f"{k}File": f"/etc/kubernetes/extender-tls/{f}" for k, f in
+                                  (("cert", "tls.crt"), ("key", "tls.key"), ("ca", "ca.crt"))}
+    assert ext["server"]["tls"] == {"cert_file": "/etc/joulesched-tls/tls.crt", "key_file": "/etc/joulesched-tls/tls.key",
+                                    "client_ca_file": "/etc/joulesched-tls/ca.crt"}
+    for name, secret, path in (("joulesched-extender", "srv", "/etc/joulesched-tls"),
+                               ("joulesched-scheduler", "cli", "/etc/kubernetes/extender-tls")):
+        spec = pod_spec(objs[("Deployment", NAMESPACE, name)])
+        volume = next(v["name"] for v in spec["volumes"] if v.get("secret", {}).get("secretName") == secret)
+        mounts = [m for c in spec["containers"] for m in c["volumeMounts"] if m["name"] == volume]
+        assert [(m["mountPath"], m.get("readOnly")) for m in mounts] == [(path, True)], name
+    extender = pod_spec(objs[("Deployment", NAMESPACE, "joulesched-extender")])["containers"][0]
+    assert {extender[p]["httpGet"]["scheme"] for p in ("readinessProbe", "livenessProbe", "startupProbe")} == {"HTTPS"}

@@ -12,6 +12,7 @@ import json
 import os
 import ssl
 import subprocess
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -34,6 +35,7 @@ EVERYTHING_ON = [
     "--set", "serviceMonitor.labels.release=kube-prometheus-stack",
     "--set", "prometheusRule.labels.release=kube-prometheus-stack",
     "--set", "extender.config.bind.enabled=true", "--set", "extender.serviceMonitor.enabled=true",
+    "--set", "extender.tls.enabled=true",
 ]
 
 
@@ -171,3 +173,75 @@ def test_bind_write_off_with_the_api_rate_raised_runs_in_real_kube_scheduler(
     log = sched.log_text()
     assert log.count("kube-scheduler binds it (bind.write: false)") == len(pods), log[-3000:]
     assert ext.failures() == 0, ext.samples()
+
+
+def test_the_charts_mutual_tls_runs_in_real_kube_scheduler(
+        control_plane, helm, node_factory, scheduler_factory, extender_factory, e2e_namespace):
+    # extender.tls.enabled: the rendered extender config (server.tls from the mounted Secret) and
+    # scheduler entry (enableHTTPS, tlsConfig) with the Secrets' files put where the pods mount
+    # them; the real kube-scheduler is answered over mutual TLS, and a client without the
+    # certificate is refused.
+    cp, ns, tag = control_plane, e2e_namespace, uuid.uuid4().hex[:6]
+    _, objs = render(helm, cp, "--set", "extender.tls.enabled=true", "--set", "extender.serviceMonitor.enabled=true")
+    configmaps = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+    sched_cfg = yaml.safe_load(configmaps["joulesched-scheduler-config"]["data"]["scheduler-config.yaml"])
+    ext_cfg = yaml.safe_load(configmaps["joulesched-extender"]["data"]["config.yaml"])
+    entry = sched_cfg["extenders"][0]
+    assert entry["urlPrefix"] == f"https://joulesched-extender.{NAMESPACE}.svc:8888/scheduler" and entry["enableHTTPS"] is True
+    deployments = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment"}
+    mounted = {}  # the Secret each file of the two configs comes from, as the pods mount them
+    for name, container in (("joulesched-extender", "extender"), ("joulesched-scheduler", "kube-scheduler")):
+        spec = deployments[name]["spec"]["template"]["spec"]
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        (c,) = [c for c in spec["containers"] if c["name"] == container]
+        for m in c["volumeMounts"]:
+            if m["name"] in secrets:
+                mounted[m["mountPath"]] = secrets[m["name"]]
+    pki = cp.pki
+    server_crt, server_key = pki.sign(f"chart-extender-{tag}", "/CN=joulesched-extender", server=True,
+                                      sans=["IP:127.0.0.1", f"DNS:joulesched-extender.{NAMESPACE}.svc"])
+    client_crt, client_key = pki.client(f"chart-scheduler-{tag}", "joulesched-scheduler")
+    files = {"joulesched-extender-tls": {"tls.crt": server_crt, "tls.key": server_key, "ca.crt": pki.ca_crt},
+             "joulesched-scheduler-client-tls": {"tls.crt": client_crt, "tls.key": client_key, "ca.crt": pki.ca_crt}}
+
+    def local(path: str) -> str:  # a mounted Secret's file, as this test has it
+        directory, _, key = path.rpartition("/")
+        return str(files[mounted[directory]][key])
+
+    tls = ext_cfg["server"]["tls"]
+    assert {k: mounted[v.rpartition("/")[0]] for k, v in tls.items()} == dict.fromkeys(
+        ("cert_file", "key_file", "client_ca_file"), "joulesched-extender-tls")
+    ext_cfg["server"]["tls"] = {k: local(v) for k, v in tls.items()}
+    assert set(entry["tlsConfig"]) == {"certFile", "keyFile", "caFile"}
+    entry["tlsConfig"] = {k: local(v) for k, v in entry["tlsConfig"].items()}
+    monitor = next(o for o in objs if o["kind"] == "ServiceMonitor" and o["metadata"]["name"] == "joulesched-extender")
+    assert monitor["spec"]["endpoints"][0]["scheme"] == "https"
+    sel = {"e2e-test": f"chart-tls-{tag}"}
+    eff, ineff = f"chart-tls-eff-{tag}", f"chart-tls-ineff-{tag}"
+    node_factory(eff, cpu="64", memory="128Gi", labels=sel)
+    node_factory(ineff, cpu="80", memory="512Gi", labels=sel)
+    profiles = {"sites": {"dc": {"pue": 1.2, "carbon_intensity": 300}},
+                "nodes": [node_profile(eff, EFFICIENT_CURVE, 64, site="dc"), node_profile(ineff, INEFFICIENT_CURVE, 80, site="dc")]}
+    ext_cfg.pop("profiles")
+    ext_cfg.pop("listen")
+    ext_cfg["kubeconfig"] = str(cp.kubeconfig)
+    probe = ssl.create_default_context(cafile=str(pki.ca_crt))  # as the kubelet: no client certificate
+    ext = extender_factory(profiles, ext_cfg, tls=probe)
+    assert ext.url.startswith("https://")
+    entry["urlPrefix"] = ext.url
+    sched_cfg.pop("leaderElection")
+    sched = scheduler_factory(sched_cfg, name=f"chart-tls-{tag}")
+    (name,) = sched.scheduler_names
+    pods = [f"tls-{i}-{tag}" for i in range(2)]
+    for pod in pods:
+        cp.create_pod(pod, ns, scheduler_name=name, cpu="8", memory="1Gi", node_selector=sel)
+    assert {cp.wait_for_pod_scheduled(pod, ns, timeout=45) for pod in pods} == {eff}
+    assert ext.requests("filter", "200") >= len(pods) and ext.failures() == 0, ext.samples()
+    # A client without a certificate signed by the CA is refused.
+    plain = ssl.create_default_context(cafile=str(pki.ca_crt))
+    plain.check_hostname = False
+    request = urllib.request.Request(f"{ext.url}/filter", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, context=plain, timeout=5)
+    refused.value.close()
+    assert refused.value.code == 403

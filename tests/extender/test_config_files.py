@@ -191,3 +191,22 @@ def test_check_as_a_user_runs_it_starts_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"joulesched extender --check: ok: {tmp_path / 'c.yaml'}; 6 node profiles from ")
     assert len(done.stdout.splitlines()) == 1 and "Booting worker" not in done.stderr and "Listening" not in done.stderr
+
+
+# -- profiles.prometheus.selector ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("selector", ['job="joulesched-agent"', 'job="a",namespace=~"joulesched.*"', ' job = "a\\"b" , ', ""])
+def test_a_selector_of_label_matchers_is_taken(tmp_path: Path, selector: str) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"profiles: {{source: prometheus, prometheus: {{url: 'http://p:9090', selector: '{selector}'}}}}\n")
+    assert load_config(str(config)).prometheus_selector == selector
+
+
+@pytest.mark.parametrize("selector", ["job=a", '}) or vector(1', 'job="a"} or up{', "job"])
+def test_a_selector_that_is_not_label_matchers_is_named(tmp_path: Path, selector: str) -> None:
+    # It goes into the queries as it is: anything but matchers would change what they ask.
+    config = tmp_path / "c.yaml"
+    config.write_text(f"profiles: {{source: prometheus, prometheus: {{url: 'http://p:9090', selector: '{selector}'}}}}\n")
+    (problem,) = problems_of(config)
+    assert problem.startswith("profiles.prometheus.selector: must be PromQL label matchers"), problem

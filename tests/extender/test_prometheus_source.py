@@ -200,3 +200,31 @@ def test_what_an_agent_leaves_out_is_unknown_and_a_series_scraped_twice_counts_o
     energy = evaluate(snap.arrays, rows, pod, PolicyConfig(strategy="energy"), time.time())
     assert carbon.scores[names.index("dark")] == PolicyConfig().neutral_score, "its carbon cannot be known"
     assert energy.scores[names.index("dark")] == 10, "its energy can"
+
+
+def test_a_scraped_target_that_publishes_the_agents_names_is_not_read_with_the_selector(tmp_path: Path) -> None:
+    # A tenant's pod, scraped by the same Prometheus (annotation discovery, its own
+    # ServiceMonitor), publishes a power cap of 1 W for "green": without a selector it is read as
+    # the agent's and "green" is capped out; with deploy/'s (the agents' job) it is not read.
+    agent, tenant = ExpositionServer(AGENTS), ExpositionServer(f"""\
+# TYPE {m.NODE_POWER_CAP.name} gauge
+{m.NODE_POWER_CAP.name}{{node="green"}} 1
+""")
+    server = PrometheusServer(tmp_path / "prometheus", [], scrape_configs=[
+        {"job_name": "joulesched-agent", "static_configs": [{"targets": [f"127.0.0.1:{agent.port}"]}]},
+        {"job_name": "tenant-app", "static_configs": [{"targets": [f"127.0.0.1:{tenant.port}"]}]},
+    ])
+    try:
+        server.wait_for(f'{m.NODE_POWER_CAP.name}{{job="tenant-app"}}', 1)
+        server.wait_for(m.SITE_CARBON.name, 2)
+        caps = {}
+        for selector in ("", 'job="joulesched-agent"'):
+            snap = PrometheusSource(server.url, cache_seconds=5, selector=selector).snapshot()
+            assert snap.ready and not snap.error, snap.error
+            caps[selector] = {p.name: p.power_cap_watts for p in snap.profiles.nodes}
+        assert caps[""]["green"] == 1
+        assert caps['job="joulesched-agent"'] == {"green": None, "grey": 230}
+    finally:
+        server.stop()
+        agent.close()
+        tenant.close()

@@ -39,16 +39,27 @@ vMAJOR.MINOR.PATCH from .Capabilities.KubeVersion, without vendor suffixes (+k3s
 {{/* The extender's config file: files/extender-config.yaml, verbatim unless .Values.extender.config merges keys over it. */}}
 {{- define "joulesched.extenderConfig" -}}
 {{- $file := .Files.Get "files/extender-config.yaml" -}}
-{{- if .Values.extender.config -}}
-{{- toYaml (mustMergeOverwrite (fromYaml $file) (deepCopy .Values.extender.config)) -}}
+{{- if or .Values.extender.config .Values.extender.tls.enabled -}}
+{{- $cfg := mustMergeOverwrite (fromYaml $file) (deepCopy (.Values.extender.config | default dict)) -}}
+{{- if .Values.extender.tls.enabled -}}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" (include "joulesched.extenderTLSDir" .)) "key_file" (printf "%s/tls.key" (include "joulesched.extenderTLSDir" .)) "client_ca_file" (printf "%s/ca.crt" (include "joulesched.extenderTLSDir" .)) -}}
+{{- $_ := mustMergeOverwrite $cfg (dict "server" (dict "tls" $tls)) -}}
+{{- end -}}
+{{- toYaml $cfg -}}
 {{- else -}}
 {{- $file -}}
 {{- end -}}
 {{- end -}}
 
+{{/* Where the extender's serving certificate (extender.tls.serverSecret) is mounted. */}}
+{{- define "joulesched.extenderTLSDir" -}}/etc/joulesched-tls{{- end -}}
+
+{{/* Where kube-scheduler's client certificate for the extender (extender.tls.clientSecret) is mounted. */}}
+{{- define "joulesched.schedulerTLSDir" -}}/etc/kubernetes/extender-tls{{- end -}}
+
 {{/* The extender's Service URL, as the scheduler calls it. */}}
 {{- define "joulesched.extenderURL" -}}
-{{- printf "http://joulesched-extender.%s.svc:%v/scheduler" .Release.Namespace .Values.extender.port -}}
+{{- printf "%s://joulesched-extender.%s.svc:%v/scheduler" (ternary "https" "http" .Values.extender.tls.enabled) .Release.Namespace .Values.extender.port -}}
 {{- end -}}
 
 {{/* The agent's namespace (Pod Security "privileged"; everything else stays in the release namespace). */}}

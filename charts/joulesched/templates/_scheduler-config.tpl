@@ -60,7 +60,18 @@ extenders:
     # kube-scheduler adds score × weight × 10 (MaxNodeScore / MaxExtenderPriority); weight 5
     # (0..500) lets a large energy difference decide (deploy/scheduler/scheduler-config.yaml).
     weight: {{ .Values.scheduler.extenderWeight }}
+    {{- if .Values.extender.tls.enabled }}
+    # Mutual TLS (values extender.tls): kube-scheduler presents its client certificate and
+    # checks the extender's (docs/extender.md, "HTTPS and mutual TLS").
+    enableHTTPS: true
+    tlsConfig:
+      certFile: {{ include "joulesched.schedulerTLSDir" . }}/tls.crt
+      keyFile: {{ include "joulesched.schedulerTLSDir" . }}/tls.key
+      caFile: {{ include "joulesched.schedulerTLSDir" . }}/ca.crt
+    {{- else }}
+    # Plain HTTP: any client that reaches the port is answered (values extender.tls).
     enableHTTPS: false
+    {{- end }}
     # NodeNames instead of full Node objects: 10-50x smaller requests.
     nodeCacheCapable: true
     # An extender that is down or slow must not stop scheduling.
