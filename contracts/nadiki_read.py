@@ -11,7 +11,8 @@ provider pushed, keyed by the server id a Kubernetes node carries (``joulesched.
 The query is InfluxQL built here, with identifiers double-quoted and string literals
 single-quoted and backslash-escaped (InfluxQL's rules), so a server id cannot change its
 meaning. Every failure raises :class:`~contracts.errors.NadikiReadError` naming the URL, what
-was asked and what to do.
+was asked and what to do. Credentials go to the configured origin only: a redirect elsewhere is
+followed without them (``contracts.net.open_url``), and a URL with credentials in it is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from joulesched.contracts.nadiki import (
     ServerDescription,
     parse_registration,
 )
+from joulesched.contracts.net import open_url, url_problem
 
 ENERGY_FIELD = "server_energy_consumption_joules"  # the whole server, measured via IPMI (the spec)
 
@@ -46,11 +48,19 @@ def influxql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _check_url(url: str, secret_keys: str) -> None:
+    """ValueError for a URL that is not http(s) or that carries credentials (``contracts.net.url_problem``:
+    the URL is shown in every error message, which must not hold a password)."""
+    problem = url_problem(url, secret_keys)
+    if problem:
+        raise ValueError(f"URL {problem}")
+
+
 def _get_json(url: str, headers: Mapping[str, str], timeout_s: float, ca_file: str | None, where: str, fix: str) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
     context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+        with open_url(request, timeout=timeout_s, context=context) as response:
             raw = response.read()
     except urllib.error.HTTPError as err:
         body = err.read()[:300].decode("utf-8", "replace")
@@ -139,6 +149,9 @@ class RegistrarReader:
     ca_file: str | None = None
     timeout_s: float = 10.0
 
+    def __post_init__(self) -> None:
+        _check_url(self.url, "the registrar token file")
+
     def server(self, server_id: str) -> NadikiServer:
         path = f"/servers/{urllib.parse.quote(server_id, safe='')}"
         where = f"NADIKI registrar {self.url}: GET {path}"
@@ -191,6 +204,9 @@ class InfluxReader:
     password: str = field(default="", repr=False)
     ca_file: str | None = None
     timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        _check_url(self.url, "the username and password file")
 
     def query(self, influxql: str) -> list[dict[str, Any]]:
         """The series of one statement's answer (``results[0].series``)."""

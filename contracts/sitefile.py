@@ -52,7 +52,6 @@ import os
 import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +64,7 @@ from joulesched.contracts.carbon_apis import PROVIDERS, ApiSettings, Secret, ope
 from joulesched.contracts.carbon_apis.uk_grid import REGION_IDS
 from joulesched.contracts.documents import parse_yaml, read_yaml
 from joulesched.contracts.errors import CarbonApiError, SeriesFileError
+from joulesched.contracts.net import ALLOW_PLAIN_HTTP, plain_http_problem, url_problem
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.site import (
     OUTSIDE_POLICIES,
@@ -111,6 +111,7 @@ API_FIELDS = (
     "forecast",
     "history_hours",
     "fallback",
+    ALLOW_PLAIN_HTTP,
 )
 # Where each provider's place goes: Electricity Maps calls it a zone, WattTime a region, the UK
 # API a postcode or a region id (neither: national).
@@ -537,12 +538,10 @@ def _parse_carbon_api(value: Any, path: str, check: Checker, base_dir: Path | No
     )
     provider = check.string(body, "provider", path, choices=PROVIDERS)
     url = check.string(body, "url", path, default="")
-    if url:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            check.problem(f"{path}.url", f"must be an http:// or https:// URL, got {url!r}")
-        elif parts.username is not None or parts.password is not None:
-            check.problem(f"{path}.url", "must not carry credentials: use token_file or token_env")
+    url_wrong = url_problem(url, "token_file or token_env") if url else None
+    if url_wrong:
+        check.problem(f"{path}.url", url_wrong)
+    allow_plain_http = check.boolean(body, ALLOW_PLAIN_HTTP, path, default=False)
     refresh = check.number(body, "refresh_s", path, default=900.0, exclusive_minimum=0.0)
     timeout = check.number(body, "timeout_s", path, default=10.0, exclusive_minimum=0.0, maximum=300.0)
     max_age = check.number(body, "max_age_s", path, default=7200.0, exclusive_minimum=0.0)
@@ -581,6 +580,13 @@ def _parse_carbon_api(value: Any, path: str, check: Checker, base_dir: Path | No
     if provider != "electricity_maps" and history == 0 and not forecast:  # it alone always asks for /latest
         check.problem(path, "history_hours 0 and forecast false leave nothing to fetch")
     secret = _parse_secret(body, path, check, base_dir, PROVIDERS[provider].needs_secret, provider)
+    cleartext = (
+        plain_http_problem(url, f"the {provider} credential ({secret.origin})", allow_plain_http)
+        if url and not url_wrong and secret is not None
+        else None
+    )
+    if cleartext:
+        check.problem(f"{path}.url", cleartext)
     if len(check.problems) > before:
         return None
     assert refresh is not None and timeout is not None and max_age is not None and history is not None

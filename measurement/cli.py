@@ -309,6 +309,12 @@ def _provider_access(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     missing = [flag for flag, value in given.items() if not value]
     if missing:
         parser.error(f"--server-id needs {', '.join(missing)} (your provider gives them)")
+    from joulesched.contracts.net import url_problem
+
+    for flag, secret in (("--nadiki-registrar", ""), ("--nadiki-influx", "--nadiki-user and --nadiki-password-file")):
+        problem = url_problem(given[flag], secret)
+        if problem:
+            parser.error(f"{flag}: {problem}")
     password = ""
     if args.nadiki_password_file:
         try:

@@ -11,15 +11,15 @@ with its dotted path (``attribution.idle_policy: must be one of requests, bucket
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from joulesched.contracts.documents import read_yaml
+from joulesched.contracts.net import is_loopback_host as is_loopback
 from joulesched.measurement.nadiki.config import ProviderConfig, parse_provider_config
 from joulesched.measurement.sources.base import Roots
-from joulesched.measurement.sources.registry import DEFAULT_ORDER, SOURCES
+from joulesched.measurement.sources.registry import DEFAULT_ORDER, SOURCES, option_problems
 from joulesched.policy.attribution import IDLE_POLICIES
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.validate import Checker, limit_problems, read_values, setting
@@ -177,8 +177,9 @@ class AgentConfig:
         for name in self.sources.order:
             need(name in SOURCES, "sources.order", f"unknown source {name!r} (known: {', '.join(sorted(SOURCES))})")
         need(len(set(self.sources.order)) == len(self.sources.order), "sources.order", "lists a source twice")
-        for name in self.sources.options:
+        for name, options in self.sources.options.items():
             need(name in SOURCES, f"sources.options.{name}", f"unknown source (known: {', '.join(sorted(SOURCES))})")
+            problems.extend(f"sources.options.{name}.{problem}" for problem in option_problems(name, options))
         need(
             self.sources.retry_max_seconds >= self.sources.retry_initial_seconds,
             "sources.retry_max_seconds",
@@ -221,15 +222,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host or "0.0.0.0", int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from joulesched.contracts.cliargs import INTENSITY
+from joulesched.contracts.net import open_url, redact, url_problem
 from joulesched.measurement.errors import MeasurementError
 from joulesched.policy.impact import operational_grams
 from joulesched.policy.units import JOULES_PER_KWH
@@ -186,23 +187,28 @@ def render_html(result: dict[str, Any], intensity: float | None = None) -> str:
 def check_agent_url(agent: str) -> None:
     """``--agent`` must be ``http(s)://host[:port][/path]``: :class:`BadInput` names the flag
     (``localhost:9102`` parses as the scheme ``localhost``, and urllib's "unknown url type" for
-    it named neither the flag nor what is wanted; ``http://[::1`` gave no URL at all)."""
+    it named neither the flag nor what is wanted; ``http://[::1`` gave no URL at all). Credentials
+    in it are refused (``contracts.net.url_problem``) and never repeated in the message."""
+    shown = redact(agent)
     try:
         parts = urllib.parse.urlsplit(agent)
         _ = parts.port  # a port that is no number, or out of range, raises here
     except ValueError as err:
         raise BadInput(
-            f"--agent {agent}: not a URL ({err}); give http://HOST:PORT, e.g. http://127.0.0.1:9102"
+            f"--agent {shown}: not a URL ({err}); give http://HOST:PORT, e.g. http://127.0.0.1:9102"
         ) from err
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadInput(f"--agent {agent}: must be http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9102")
+        raise BadInput(f"--agent {shown}: must be http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9102")
+    problem = url_problem(agent, "--token-file")
+    if problem:
+        raise BadInput(f"--agent {shown}: {problem}")
 
 
 def fetch_result(agent: str, run_id: str, token: str | None) -> dict[str, Any]:
     url = f"{agent.rstrip('/')}/v1/weblog/{urllib.parse.quote(run_id, safe='')}"
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
+        with open_url(request, timeout=10) as reply:
             result: dict[str, Any] = json.loads(reply.read())
     except urllib.error.HTTPError as err:
         raise ValueError(f"{url}: HTTP {err.code} {err.read()[:200].decode('utf-8', 'replace')}") from err

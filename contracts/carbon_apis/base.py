@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 
 from joulesched.contracts.errors import CarbonApiError
-from joulesched.contracts.net import Deadline
+from joulesched.contracts.net import Deadline, redact
 from joulesched.policy.site import IntensitySeries, IntensityUnavailable
 
 MAX_BODY_BYTES = 8 << 20  # a week of 5-minute points is well under 1 MiB
@@ -52,16 +52,6 @@ USER_AGENT = "joulesched"
 
 
 # -- HTTP ----------------------------------------------------------------------------------------
-
-
-def redact(url: str) -> str:
-    """``url`` without user information (a proxy URL may carry some); query kept, it holds no secrets."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def get_json(url: str, headers: Mapping[str, str], timeout_s: float) -> Any:

@@ -7,6 +7,8 @@ code; an example with every field::
 
     nadiki:
       registrar_url: https://registry.example.com/v1   # required: the NADIKI API base
+      registrar_token_file: /run/credentials/joulesched-provider.service/registrar-token   # optional
+      allow_plain_http: false           # true: tokens may go over http:// (loopback always may)
       fields:                           # field -> sources in priority order
         server_energy_consumption_joules: [ipmi_dcmi, redfish, ipmi_sdr]
         cpu_energy_consumption_joules: [rapl_sysfs, rapl_msr]
@@ -34,11 +36,11 @@ Problems are reported all at once with their dotted paths, as everywhere in joul
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from joulesched.contracts.net import plain_http_problem, url_problem
 from joulesched.measurement.nadiki.lineprotocol import PRECISIONS
 from joulesched.measurement.nadiki.model import (
     COOLING_TYPES,
@@ -88,6 +90,11 @@ class ProviderConfig:
     discover: bool = True  # server.discover, read with the server section
     registrar_token_file: str = setting(
         "", "bearer token for the registrar (the spec defines no auth scheme)", empty_ok=True, shown="none"
+    )
+    allow_plain_http: bool = setting(
+        False,
+        "send the registrar token over an `http://` `registrar_url`, and the time-series token to an `http://`"
+        " endpoint the registrar hands out, in cleartext; refused otherwise, except to loopback hosts",
     )
     ca_file: str = setting(
         "", "CA bundle for the registrar and the time-series endpoint", empty_ok=True, shown="system store"
@@ -140,8 +147,11 @@ def parse_provider_config(document: Any, where: str = "nadiki", path: str = "nad
     doc = {k: ("" if k in ("registrar_token_file", "ca_file") and not v else v) for k, v in doc.items()}
     values = read_values(ProviderConfig, doc, c, path)
     url = values["registrar_url"]
-    if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        c.problem(f"{path}.registrar_url", f"must be an http(s) URL, got {url!r}")
+    problem = url_problem(url, "registrar_token_file") if url else None
+    if problem is None and url and values["registrar_token_file"]:
+        problem = plain_http_problem(url, "the registrar token (registrar_token_file)", values["allow_plain_http"])
+    if problem:
+        c.problem(f"{path}.registrar_url", problem)
 
     # Bespoke: ``fields`` (a mapping of source lists) and ``server`` (the spec's nested
     # ServerCreate document with lists of processors and storage devices) are structured.

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from joulesched.contracts.net import plain_http_problem, redact, url_problem
 from joulesched.measurement.nadiki.config import ProviderConfig
 from joulesched.measurement.nadiki.errors import RegistrationFailed
 from joulesched.measurement.nadiki.inventory import complete, discover
@@ -126,10 +127,28 @@ class Provider:
         self.notes += list(facts.notes)
         return complete(self.config.server, facts)
 
+    def _endpoint_problem(self, time_series: TimeSeriesConfig) -> str | None:
+        """Why the time-series token may not go to the endpoint the registrar handed out, or None
+        (``url_problem`` and ``plain_http_problem``, as for the configured URLs)."""
+        problem = url_problem(time_series.endpoint, "the registrar's timeSeriesConfig.token")
+        if problem is None:
+            problem = plain_http_problem(
+                time_series.endpoint, "the time-series token", self.config.allow_plain_http, "nadiki.allow_plain_http"
+            )
+        if problem is None:
+            return None
+        return (
+            f"NADIKI registrar {self.config.registrar_url}: the time-series endpoint it names"
+            f" (timeSeriesConfig.endpoint {redact(time_series.endpoint)}) {problem}"
+        )
+
     def register(self) -> Registration:
         registration, action = ensure_registration(
             self.client, self.description(), self.config.state_file, clock=self.wall
         )
+        refused = self._endpoint_problem(registration.time_series)
+        if refused:
+            raise RegistrationFailed(refused + "; nothing is pushed until then")
         log.info(
             "NADIKI: server %s %s at %s (state %s); label the Kubernetes node %s=%s",
             registration.server_id,
@@ -166,6 +185,10 @@ class Provider:
             )
         except RegistrationFailed as err:
             log.error("NADIKI: refreshing the time-series config failed: %s", err)
+            return None
+        refused = self._endpoint_problem(registration.time_series)
+        if refused:
+            log.error("NADIKI: refreshing the time-series config: %s; the previous one stays in use", refused)
             return None
         self.registration = registration
         return registration.time_series

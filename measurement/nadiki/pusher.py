@@ -19,7 +19,8 @@ fully, so a whole-server reading from IPMI is preferred over Redfish, and a miss
 falls back to Redfish instead of leaving a hole.
 
 Writes go to InfluxDB v2's ``POST {endpoint}/api/v2/write?org=&bucket=&precision=`` with
-``Authorization: Token …``. Lines wait in a bounded backlog while the endpoint is unreachable
+``Authorization: Token …`` (dropped if a redirect leaves the endpoint's origin:
+``contracts.net.open_url``). Lines wait in a bounded backlog while the endpoint is unreachable
 (oldest dropped first, counted); a 400 answer (malformed lines: a bug, never accepted on retry)
 drops its batch and logs the first line.
 """
@@ -39,6 +40,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from joulesched.contracts.net import open_url
 from joulesched.measurement.nadiki.errors import PushFailed
 from joulesched.measurement.nadiki.lineprotocol import PRECISIONS, Point, to_timestamp
 from joulesched.measurement.nadiki.model import DataPoint, TimeSeriesConfig
@@ -140,7 +142,7 @@ class InfluxWriter:
         where = f"time-series endpoint {self.time_series.endpoint} (bucket {self.time_series.bucket!r})"
         context = ssl.create_default_context(cafile=self.ca_file) if self.url.startswith("https") else None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=context) as response:
+            with open_url(request, timeout=self.timeout_s, context=context) as response:
                 response.read()
         except urllib.error.HTTPError as err:
             detail = _error_message(err)

@@ -17,7 +17,7 @@ On every start:
   register anew; the log names the old id.
 
 The spec defines no authentication for the registrar; a bearer token (``registrar_token_file``)
-is sent when configured.
+is sent when configured, never to another origin a redirect names (``contracts.net.open_url``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from joulesched.contracts.net import open_url
 from joulesched.measurement.nadiki.errors import RegistrationFailed
 from joulesched.measurement.nadiki.model import Registration, ServerDescription, parse_registration
 
@@ -45,7 +46,7 @@ class RegistrarClient:
     """JSON over HTTP(S) to one registrar (``url`` is the API base, e.g. ``https://registry.example/v1``)."""
 
     url: str
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     timeout_s: float = 10.0
 
@@ -62,7 +63,7 @@ class RegistrarClient:
         context = ssl.create_default_context(cafile=self.ca_file) if url.startswith("https") else None
         where = f"NADIKI registrar {self.url}: {method} {path}"
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=context) as response:
+            with open_url(request, timeout=self.timeout_s, context=context) as response:
                 status, raw = response.status, response.read()
         except urllib.error.HTTPError as err:
             raw = err.read()

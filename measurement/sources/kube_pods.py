@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from joulesched.contracts.net import open_url
+
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -133,7 +135,7 @@ class InClusterDirectory(_Cached):
                 token = f.read().strip()
             context = ssl.create_default_context(cafile=os.path.join(self.account_dir, "ca.crt"))
             request = urllib.request.Request(self.url, headers={"Authorization": f"Bearer {token}"})
-            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
+            with open_url(request, timeout=self.timeout, context=context) as response:
                 doc = json.load(response)
         except (OSError, ValueError, ssl.SSLError) as err:
             self._fail(f"{self.url}: {err}")

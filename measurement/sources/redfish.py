@@ -23,6 +23,9 @@ in an enclosure: never add both).
 
 HTTP: one persistent connection (http.client), HTTP basic authentication with the password
 from a file or an environment variable, TLS verified against the system store or ``ca_file``.
+:func:`check_options` refuses, before anything is sent, a ``url`` with credentials in it and a
+password over ``http://`` to a host that is not loopback unless ``allow_plain_http: true``
+(the rules of ``contracts.net``); the agent applies it when it loads its config.
 Readings are stamped with the midpoint of the request on the agent's clock. Within one read of
 the source (:meth:`Redfish.begin_pass` … :meth:`Redfish.end_pass`, which the meter calls) each
 resource is fetched once: the power and the energy zone of a chassis share one GET of its
@@ -45,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from joulesched.contracts.net import Deadline
+from joulesched.contracts.net import ALLOW_PLAIN_HTTP, Deadline, is_loopback_host, plain_http_problem, url_problem
 from joulesched.measurement.errors import MeasurementError, SourceAbsent, SourceFailed
 from joulesched.measurement.sources.base import Reading, ReadingKind, Roots
 from joulesched.policy.units import JOULES_PER_KWH
@@ -66,8 +69,10 @@ OPTIONS = frozenset(
         "chassis",
         "prefer",
         "clock",
+        ALLOW_PLAIN_HTTP,
     }
 )
+SECRET_KEYS = "password_file or password_env"
 # PowerControl members whose PhysicalContext says they meter the whole chassis (or none is given);
 # members for a part of the server (CPU, Memory, StorageDevice, GPU, Fan, ...) are never the total.
 WHOLE_CONTEXTS = frozenset({"Chassis", "SystemBoard", "Rack", "Room", "Upstream", "PowerSupplyBay"})
@@ -88,7 +93,7 @@ class RedfishClient:
 
     url: str  # scheme://host[:port]
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     ca_file: str | None = None
     tls_verify: bool = True
     timeout_s: float = 10.0
@@ -96,13 +101,16 @@ class RedfishClient:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        problem = url_problem(self.url, SECRET_KEYS)
+        if problem:
+            raise ValueError(f"url: {problem}")
         parsed = urllib.parse.urlsplit(self.url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(f"url: must be http(s)://host[:port], got {self.url!r}")
+        assert parsed.hostname is not None  # url_problem checked
         self.scheme = parsed.scheme
         self.host = parsed.hostname
         self.port = parsed.port
-        self.origin = f"{parsed.scheme}://{parsed.netloc}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.origin = f"{parsed.scheme}://{host}" + (f":{self.port}" if self.port is not None else "")
 
     def _connect(self) -> http.client.HTTPConnection:
         if self.scheme == "http":
@@ -513,6 +521,32 @@ def _password(options: Mapping[str, object], problems: list[str]) -> str | None:
     return None
 
 
+def check_options(options: Mapping[str, object]) -> list[str]:
+    """The problems of ``url`` and ``allow_plain_http`` that need no BMC to see, as ``key: message``:
+    a URL that is not http(s), one that carries credentials (they would be logged and exported in
+    ``joulesched_source_error_info``), a password sent over ``http://`` to a host that is not
+    loopback without ``allow_plain_http: true``. :func:`open_source` starts with them; the agent's
+    config loader reports them under ``sources.options.redfish`` and refuses to start."""
+    problems: list[str] = []
+    allowed = options.get(ALLOW_PLAIN_HTTP, False)
+    if not isinstance(allowed, bool):
+        problems.append(f"{ALLOW_PLAIN_HTTP}: must be true or false, got {allowed!r}")
+        allowed = False
+    url = options.get("url")
+    if url is None:
+        return problems
+    if not isinstance(url, str):
+        return [*problems, f"url: must be a string, got {type(url).__name__}"]
+    problem = url_problem(url, SECRET_KEYS)
+    if problem is None:
+        given = [key for key in ("password_file", "password_env") if options.get(key) is not None]
+        if given:
+            problem = plain_http_problem(url, f"the BMC password ({given[0]})", allowed)
+    if problem:
+        problems.append(f"url: {problem}")
+    return problems
+
+
 def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = None) -> Redfish:
     """Open the Redfish source: discover the chassis and how each is metered.
 
@@ -520,11 +554,13 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = 
     ``password_file`` or ``password_env`` for HTTP basic auth), ``ca_file`` (PEM path, default the
     system store), ``tls_verify`` (bool, default True), ``timeout_s`` (10), ``chassis`` (list of
     chassis Ids to use, default all that are metered), ``prefer`` (energy|power, default energy),
-    ``clock`` (callable, default time.time).
+    ``clock`` (callable, default time.time), ``allow_plain_http`` (bool, default False: a password
+    is sent over ``http://`` only to loopback; :func:`check_options`).
     """
     if clock is not None:  # the sampler's clock (the registry passes it), over options["clock"]
         options = {**options, "clock": clock}
-    problems: list[str] = []
+    problems = check_options(options)
+    url_checked = not any(p.startswith("url:") for p in problems)
     unknown = sorted(set(options) - OPTIONS)
     if "password" in unknown:
         problems.append("password: not accepted in the config — set password_file or password_env")
@@ -564,7 +600,7 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = 
     if prefer not in ("power", "energy"):
         problems.append(f"prefer: must be power or energy, got {prefer!r}")
     client: RedfishClient | None = None
-    if isinstance(url, str):
+    if isinstance(url, str) and url_checked:
         try:
             client = RedfishClient(
                 url.rstrip("/"),
@@ -576,13 +612,13 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = 
             )
         except ValueError as err:
             problems.append(str(err))
-    else:
-        problems.append(f"url: must be a string, got {url!r}")
     if problems or client is None:
         raise SourceFailed(f"{NAME}: invalid options — " + "; ".join(problems))
     source = Redfish(client, clock_option if callable(clock_option) else time.time, str(prefer))
     if not client.tls_verify and client.scheme == "https":
         source.notes.append(f"{NAME} ({client.origin}): TLS certificate not verified (tls_verify: false)")
+    if client.scheme == "http" and password is not None and not is_loopback_host(client.host):
+        source.notes.append(f"{NAME} ({client.origin}): the password is sent in cleartext (allow_plain_http: true)")
     try:
         source.discover(list(chassis) if isinstance(chassis, list | tuple) else None)
         for zone in source.zones():
@@ -593,4 +629,13 @@ def open_source(options: dict[str, object], roots: Roots, clock: Clock | None = 
     return source
 
 
-__all__ = ["JOULES_PER_KWH", "NAME", "Redfish", "RedfishClient", "RedfishZone", "open_source", "whole_power_control"]
+__all__ = [
+    "JOULES_PER_KWH",
+    "NAME",
+    "Redfish",
+    "RedfishClient",
+    "RedfishZone",
+    "check_options",
+    "open_source",
+    "whole_power_control",
+]

@@ -109,6 +109,21 @@ def open_one(
     return source
 
 
+def option_problems(name: str, options: Mapping[str, object]) -> list[str]:
+    """What is wrong with a source's options on their face (no device asked), each ``key: message``,
+    from the module's ``check_options`` where it has one (Redfish: a URL with credentials in it,
+    a password over plain http). The agent's config loader refuses a config that has any; every
+    other option is checked when the source opens."""
+    if name not in SOURCES:
+        return []
+    try:
+        module = importlib.import_module(SOURCES[name])
+    except ImportError:
+        return []  # open_one reports it
+    check = getattr(module, "check_options", None)
+    return list(check(options)) if callable(check) else []
+
+
 def open_sources(
     order: Sequence[str],
     options: Mapping[str, Mapping[str, object]],
@@ -177,5 +192,6 @@ __all__ = [
     "group_of",
     "open_one",
     "open_sources",
+    "option_problems",
     "retry_openers",
 ]

@@ -43,6 +43,7 @@ class Request:
 class ApiServer:
     routes: dict[str, Reply | Callable[[Request], Reply]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
+    host: str = "127.0.0.1"  # the address it listens on (a non-loopback one: hops.non_loopback_address)
 
     def __post_init__(self) -> None:
         self.stop = threading.Event()
@@ -66,14 +67,14 @@ class ApiServer:
                 except OSError:
                     pass  # the client gave up (its deadline): what the trickle tests want
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = http.server.ThreadingHTTPServer((self.host, 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"http://{self.host}:{self.httpd.server_address[1]}"
 
     def reply_for(self, req: Request) -> Reply:
         for pattern, reply in self.routes.items():

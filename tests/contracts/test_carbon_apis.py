@@ -27,8 +27,12 @@ from joulesched.contracts.sitefile import load_site_file, parse_site_document
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.site import ConstantIntensity, IntensityUnavailable, WithFallback
 from tests.contracts.api_server import ApiServer, Clock, Reply, fixture, inline
+from tests.contracts.hops import non_loopback_address
 
 HOUR = 3600.0
+
+
+NON_LOOPBACK = non_loopback_address()
 
 
 def ts(text: str) -> float:
@@ -480,6 +484,38 @@ def test_a_site_file_carbon_api_with_a_fallback(server: ApiServer, tmp_path: Pat
     assert carbon.at(ts("2019-05-20T21:30:00Z")) == 280  # before the 2 hours of history kept: the fallback
 
 
+@pytest.mark.skipif(NON_LOOPBACK is None, reason="this host has no non-loopback IPv4 address")
+def test_a_credential_over_plain_http_off_loopback_is_refused_unless_the_site_file_allows_it(tmp_path: Path) -> None:
+    assert NON_LOOPBACK is not None
+    server = ApiServer(host=NON_LOOPBACK)
+    try:
+        em_routes(server)
+        (tmp_path / "em.token").write_text("EM-TOKEN\n")
+        body = {"provider": "electricity_maps", "zone": "DE", "url": server.url + "/v3", "token_file": "em.token"}
+        site_path = tmp_path / "sites.yaml"
+        site_path.write_text(yaml.safe_dump({"sites": {"de": {"carbon_api": body}}}))
+        with pytest.raises(ConfigError) as info:
+            load_site_file(site_path)
+        assert info.value.where == str(site_path)
+        assert info.value.problems == [
+            f"sites.de.carbon_api.url: http:// would send the electricity_maps credential (token file"
+            f" {tmp_path / 'em.token'}) in cleartext to {NON_LOOPBACK}: use https://, or set allow_plain_http: true"
+            " to accept that on a network you trust (loopback needs neither)"
+        ]
+        site_path.write_text(yaml.safe_dump({"sites": {"de": {"carbon_api": {**body, "allow_plain_http": True}}}}))
+        live = live_source(load_site_file(site_path).sites["de"].carbon)
+        assert live is not None and server.requests == []
+        live.clock, live.spawn = Clock(EM_NOW), inline
+        assert live.at(EM_NOW) == 302
+        assert server.requests[0].headers["auth-token"] == "EM-TOKEN"  # the operator's choice, on their network
+        # no credential, nothing to protect: the UK API over plain http needs no opt-in
+        uk = {"provider": "uk_carbon_intensity", "url": server.url}
+        site_path.write_text(yaml.safe_dump({"sites": {"uk": {"carbon_api": uk}}}))
+        assert live_source(load_site_file(site_path).sites["uk"].carbon) is not None
+    finally:
+        server.close()
+
+
 def test_the_token_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JOULESCHED_TEST_WT", "bob:pw")
     doc = {
@@ -515,6 +551,7 @@ BAD_APIS = [
     pytest.param(api(**UK, postcode="RG1/0"), "sites.north.carbon_api.postcode: must be an outward postcode", id="a postcode with a slash"),
     pytest.param(api(**UK, url="ftp://proxy"), "sites.north.carbon_api.url: must be an http:// or https:// URL, got 'ftp://proxy'", id="an ftp URL"),
     pytest.param(api(**UK, url="https://u:p@proxy"), "sites.north.carbon_api.url: must not carry credentials", id="credentials in the URL"),
+    pytest.param(api(**UK, allow_plain_http="yes"), "sites.north.carbon_api.allow_plain_http: must be true or false", id="allow_plain_http not a boolean"),
     pytest.param(api(**UK, refresh_s=600, max_age_s=300), "sites.north.carbon_api.max_age_s: must be >= refresh_s (600)", id="data that expires between refreshes"),
     pytest.param(api(**UK, timeout_s=0), "sites.north.carbon_api.timeout_s: must be > 0, got 0", id="a zero timeout"),
     pytest.param(api(**UK, refresh_s="15m"), "sites.north.carbon_api.refresh_s: must be a number, got string '15m'", id="a duration as a string"),

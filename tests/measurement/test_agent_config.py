@@ -116,3 +116,80 @@ def test_a_bare_off_in_yaml_gets_a_hint(tmp_path: Path) -> None:
         ConfigError, match=r'kubernetes.mode: YAML read the bare word off as false: quote it \(mode: "off"\)'
     ):
         load_config(str(path))
+
+
+# --- credentials and URLs (docs/agent.md, "Credentials and URLs") ------------------------------------
+
+PROVIDER = "nadiki: {registrar_url: %s, %s server: {facility_id: F, rack_id: R}}\n"
+
+
+def test_a_bmc_password_over_plain_http_is_refused_at_load_naming_the_file_and_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    redfish = "sources: {options: {redfish: {url: '%s', username: monitor, password_env: BMC_PASSWORD%s}}}\n"
+    path.write_text(redfish % ("http://bmc.example", ""))
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert info.value.where == str(path)
+    assert info.value.problems == [
+        "sources.options.redfish.url: http:// would send the BMC password (password_env) in cleartext to"
+        " bmc.example: use https://, or set allow_plain_http: true to accept that on a network you trust"
+        " (loopback needs neither)"
+    ]
+    path.write_text(redfish % ("http://bmc.example", ", allow_plain_http: true"))
+    assert load_config(str(path)).sources.options["redfish"]["allow_plain_http"] is True
+    for url in ("https://bmc.example", "http://127.0.0.1:8000", "http://[::1]:8000", "http://localhost:8000"):
+        path.write_text(redfish % (url, ""))
+        load_config(str(path))
+
+
+def test_a_registrar_token_over_plain_http_is_refused_at_load(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("REGISTRAR-TOKEN\n")
+    path = tmp_path / "agent.yaml"
+    path.write_text(PROVIDER % ("http://registry.example/v1", f"registrar_token_file: {token},"))
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert info.value.where == str(path)
+    assert info.value.problems == [
+        "nadiki.registrar_url: http:// would send the registrar token (registrar_token_file) in cleartext to"
+        " registry.example: use https://, or set allow_plain_http: true to accept that on a network you trust"
+        " (loopback needs neither)"
+    ]
+    path.write_text(PROVIDER % ("http://registry.example/v1", f"registrar_token_file: {token}, allow_plain_http: true,"))
+    config = load_config(str(path)).nadiki
+    assert config is not None and config.allow_plain_http
+    for url, more in (
+        ("http://registry.example/v1", ""),  # no token: nothing secret crosses the network
+        ("http://127.0.0.1:8080/v1", f"registrar_token_file: {token},"),
+        ("https://registry.example/v1", f"registrar_token_file: {token},"),
+    ):
+        path.write_text(PROVIDER % (url, more))
+        load_config(str(path))
+
+
+@pytest.mark.parametrize(
+    ("document", "key", "use"),
+    [
+        (
+            "sources: {options: {redfish: {url: 'https://monitor:BMC-PASSWORD@bmc.example'}}}\n",
+            "sources.options.redfish.url",
+            "password_file or password_env",
+        ),
+        (PROVIDER % ("'https://agent:BMC-PASSWORD@registry.example/v1'", ""), "nadiki.registrar_url", "registrar_token_file"),
+        (PROVIDER % ("'https://BMC-PASSWORD@registry.example/v1'", ""), "nadiki.registrar_url", "registrar_token_file"),
+    ],
+    ids=["redfish url", "registrar url", "a token as the user"],
+)
+def test_credentials_in_a_url_are_refused_at_load_and_never_repeated(
+    tmp_path: Path, document: str, key: str, use: str
+) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(document)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert info.value.where == str(path)
+    assert info.value.problems == [
+        f"{key}: must not carry credentials (user:password@ in the URL ends up in logs, errors and /metrics):"
+        f" remove them and use {use}"
+    ]
+    assert "BMC-PASSWORD" not in str(info.value)

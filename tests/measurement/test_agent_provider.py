@@ -34,7 +34,7 @@ def test_problems_in_the_nadiki_section_are_reported_with_the_others() -> None:
         parse_agent_config({"interval_seconds": 0, "nadiki": {"registrar_url": "ftp://x", "server": {}}}, "a.yaml")
     text = str(err.value)
     assert "interval_seconds" in text
-    assert "nadiki.registrar_url: must be an http(s) URL" in text
+    assert "nadiki.registrar_url: must be an http:// or https:// URL" in text
     assert "nadiki.server.facility_id" in text
 
 

@@ -108,6 +108,17 @@ def test_the_provider_flags_need_each_other(side: Provider, tmp_path: Path, capf
     assert "need --server-id ID" in capfd.readouterr().err
 
 
+def test_provider_urls_with_credentials_in_them_are_refused_without_repeating_them(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--server-id", "S", "--nadiki-database", "db", "--nadiki-registrar", "https://registry.example/v1"]
+    with pytest.raises(SystemExit):
+        measure_main([*vm(tmp_path), *flags, "--nadiki-influx", "https://tenant:INFLUX-PASSWORD@influx.example", "--", "true"])
+    err = capfd.readouterr().err
+    assert "--nadiki-influx: must not carry credentials" in err and "use --nadiki-user and --nadiki-password-file" in err
+    assert "INFLUX-PASSWORD" not in err
+
+
 def test_windows_not_pushed_yet_are_waited_for_then_named(side: Provider) -> None:
     from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
     from joulesched.measurement.provider_figures import ProviderAccess, ProviderFiguresUnavailable, provider_energy

@@ -93,3 +93,13 @@ def test_an_agent_url_that_is_not_one_names_the_flag_before_anything_is_read(
     assert weblog_report.main(argv) == 2
     assert one_line(capsys).startswith(f"joulesched weblog-report: --agent {agent}: {said}")
     assert not (tmp_path / "x.html").exists()
+
+
+def test_an_agent_url_with_credentials_in_it_is_refused_without_repeating_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--agent", "http://me:SECRET@127.0.0.1:9", "--run", "r1", "-o", str(tmp_path / "x.html")]
+    assert weblog_report.main(argv) == 2
+    said = one_line(capsys)
+    assert said.startswith("joulesched weblog-report: --agent http://127.0.0.1:9: must not carry credentials")
+    assert said.endswith("remove them and use --token-file") and "SECRET" not in said

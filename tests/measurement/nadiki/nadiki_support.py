@@ -189,6 +189,7 @@ class Registrar:
     line_errors: list[str] = field(default_factory=list)
     writes: list[dict[str, str]] = field(default_factory=list)  # query of each accepted write
     down: bool = False  # answer 503 to /servers
+    endpoint: str = ""  # the time-series endpoint handed out (default: this server's own /api/v2/write)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def response_for(self, server_id: str, body: dict[str, Any], endpoint: str) -> dict[str, Any]:
@@ -289,7 +290,7 @@ class RegistrarServer:
             if errors:
                 return handler.reply(400, {"code": "invalid", "message": "; ".join(errors)})
             server_id = f"SERVER-{body['facility_id']}-{body['rack_id']}-{len(s.servers) + 1:03d}"
-            s.servers[server_id] = s.response_for(server_id, body, self.base)
+            s.servers[server_id] = s.response_for(server_id, body, s.endpoint or self.base)
             handler.reply(201, s.servers[server_id])
 
     def get(self, handler: Any) -> None:
@@ -315,7 +316,7 @@ class RegistrarServer:
             s.body_errors += errors
             if server_id not in s.servers:
                 return handler.reply(404, {"code": "not_found", "message": server_id})
-            s.servers[server_id] = s.response_for(server_id, body, self.base)
+            s.servers[server_id] = s.response_for(server_id, body, s.endpoint or self.base)
             handler.reply(200, s.servers[server_id])
 
     # -- InfluxDB v2 write --

@@ -49,7 +49,7 @@ def test_every_problem_is_reported_at_once_with_its_path() -> None:
         )
     problems = "\n".join(info.value.problems)
     for expected in [
-        "nadiki.registrar_url: must be an http(s) URL",
+        "nadiki.registrar_url: must be an http:// or https:// URL",
         "nadiki.precision: must be one of s, ms, us, ns, got 'h'",
         "nadiki.max_backlog_lines: must be an integer, got '100'",
         "nadiki.fields.server_energy_consumption_joules: must be a non-empty list of source names",

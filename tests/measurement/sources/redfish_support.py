@@ -30,12 +30,19 @@ class MockupServer:
     ``overrides`` replaces a resource by path (to change a reading between two reads);
     ``requests`` logs every path asked for; ``connections`` counts TCP connections accepted;
     while ``silent`` is set the service accepts requests and never answers (a hung BMC).
+    ``host``: the address it listens on (a non-loopback one: ``tests.contracts.hops.non_loopback_address``).
     """
 
     def __init__(
-        self, tree: Path, *, credentials: tuple[str, str] | None = None, tls: tuple[Path, Path] | None = None
+        self,
+        tree: Path,
+        *,
+        credentials: tuple[str, str] | None = None,
+        tls: tuple[Path, Path] | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.tree = tree
+        self.host = host
         self.credentials = credentials
         self.overrides: dict[str, dict[str, Any]] = {}
         self.requests: list[str] = []
@@ -89,7 +96,7 @@ class MockupServer:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (a silent spell)
                     self.close_connection = True
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -100,7 +107,7 @@ class MockupServer:
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"{self.scheme}://{self.host}:{self.httpd.server_address[1]}"
 
     def __enter__(self) -> MockupServer:
         self.thread.start()

@@ -12,6 +12,7 @@ from joulesched.measurement.errors import SourceAbsent, SourceFailed
 from joulesched.measurement.sources import redfish
 from joulesched.measurement.sources.base import Reading, Roots, Source, Zone
 from joulesched.measurement.sources.redfish import JOULES_PER_KWH, whole_power_control
+from tests.contracts.hops import non_loopback_address
 from tests.measurement.fakes import FakeClock
 from tests.measurement.sources.redfish_support import (
     REDFISH_FIXTURES,
@@ -22,6 +23,8 @@ from tests.measurement.sources.redfish_support import (
 )
 
 needs_crypto = pytest.mark.skipif(importlib.util.find_spec("cryptography") is None, reason="cryptography not installed")
+NON_LOOPBACK = non_loopback_address()
+needs_non_loopback = pytest.mark.skipif(NON_LOOPBACK is None, reason="this host has no non-loopback IPv4 address")
 needs_sushy = pytest.mark.skipif(
     importlib.util.find_spec("sushy_tools") is None or importlib.util.find_spec("bcrypt") is None,
     reason="sushy-tools not installed (pip install sushy-tools)",
@@ -221,9 +224,64 @@ def test_invalid_options_are_reported_all_at_once(tmp_path: Path) -> None:
         "prefer: must be power or energy",
         "tls_verify: must be true or false",
         "password_file: cannot read",
-        "url: must be http(s)://host[:port]",
+        "url: must be an http:// or https:// URL, got 'ftp://bmc'",
     ):
         assert expected in message
+
+
+@needs_non_loopback
+def test_a_password_over_plain_http_off_loopback_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("BMC-PASSWORD\n")
+    assert NON_LOOPBACK is not None
+    with MockupServer(
+        REDFISH_FIXTURES / "dell-poweredge-r750-idrac9", credentials=("monitor", "BMC-PASSWORD"), host=NON_LOOPBACK
+    ) as bmc:
+        options: dict[str, object] = {"url": bmc.url, "username": "monitor", "password_file": str(secret)}
+        with pytest.raises(SourceFailed) as info:
+            redfish.open_source(options, Roots())
+        message = str(info.value)
+        assert "url: http:// would send the BMC password (password_file) in cleartext" in message
+        assert "use https://, or set allow_plain_http: true" in message
+        assert bmc.requests == []  # refused before the first GET: the password never left
+        # the operator's explicit opt-in: it works, and the log says what it costs
+        source = redfish.open_source({**options, "allow_plain_http": True}, Roots())
+        assert source.zones()[0].read().value == 312
+        assert any("password is sent in cleartext (allow_plain_http: true)" in note for note in source.notes)
+        source.close()
+
+
+def test_plain_http_without_a_password_or_to_loopback_needs_no_opt_in(tmp_path: Path) -> None:
+    assert redfish.check_options({"url": "http://bmc.example", "username": "monitor"}) == []
+    assert redfish.check_options({"url": "http://127.0.0.1:8000", "password_env": "PW"}) == []
+    assert redfish.check_options({"url": "http://[::1]:8000", "password_env": "PW"}) == []
+    assert redfish.check_options({"url": "http://localhost:8000", "password_env": "PW"}) == []
+    assert redfish.check_options({"url": "https://bmc.example", "password_env": "PW"}) == []
+    assert redfish.check_options({"url": "http://bmc.example", "password_env": "PW", "allow_plain_http": "yes"}) == [
+        "allow_plain_http: must be true or false, got 'yes'",
+        "url: http:// would send the BMC password (password_env) in cleartext to bmc.example: use https://, or set"
+        " allow_plain_http: true to accept that on a network you trust (loopback needs neither)",
+    ]
+
+
+def test_credentials_in_the_url_are_refused_without_repeating_them() -> None:
+    with MockupServer(REDFISH_FIXTURES / "dell-poweredge-r750-idrac9") as bmc:
+        url = bmc.url.replace("http://", "http://monitor:BMC-PASSWORD@")
+        with pytest.raises(SourceFailed) as info:
+            redfish.open_source({"url": url}, Roots())
+        assert bmc.requests == []
+    message = str(info.value)
+    assert "url: must not carry credentials" in message and "use password_file or password_env" in message
+    assert "BMC-PASSWORD" not in message
+    with pytest.raises(ValueError) as bad:
+        redfish.RedfishClient(url)
+    assert "BMC-PASSWORD" not in str(bad.value)
+
+
+def test_the_password_is_not_in_the_clients_repr() -> None:
+    client = redfish.RedfishClient("https://bmc.example", "monitor", "BMC-PASSWORD")
+    assert "BMC-PASSWORD" not in repr(client)
+    assert "monitor" in repr(client)
 
 
 def test_an_unreachable_bmc_names_the_url_and_the_cause() -> None:
