@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from joulesched.contracts.documents import read_yaml
+from joulesched.contracts.net import url_problem
 from joulesched.extender.profiles import SELECTOR
 from joulesched.extender.tenant import TenantConfig, check_tenant_config
 from joulesched.policy.config import PolicyConfig
@@ -224,8 +225,9 @@ def parse_config(doc: Any, where: str, base_dir: Path | None = None, *, profile_
     prom_url = config.prometheus_url
     if config.source == "prometheus" and not prom_url:
         check.problem("profiles.prometheus.url", "is required when profiles.source is prometheus")
-    if prom_url and not prom_url.startswith(("http://", "https://")):
-        check.problem("profiles.prometheus.url", f"must be an http:// or https:// URL, got {prom_url!r}")
+    problem = url_problem(prom_url, "") if prom_url else None
+    if problem:
+        check.problem("profiles.prometheus.url", problem)
     if not SELECTOR.fullmatch(config.prometheus_selector):
         check.problem(
             "profiles.prometheus.selector",

@@ -44,6 +44,7 @@ from joulesched.contracts.nadiki_read import (
     RegistrarReader,
     influxql_identifier,
 )
+from joulesched.contracts.net import ALLOW_PLAIN_HTTP, plain_http_problem, url_problem
 from joulesched.extender.logsafe import escape
 from joulesched.extender.profiles import Clock, Snapshot, empty_snapshot
 from joulesched.policy import tenant
@@ -80,6 +81,11 @@ class TenantConfig:
     )
     username: str = setting("", "InfluxDB user (HTTP Basic)", shown="—")
     password_file: str = setting("", "file holding the InfluxDB password or token (relative to the config file)", shown="—")
+    allow_plain_http: bool = setting(
+        False,
+        "send the registrar token and the InfluxDB password over plain `http://` to a host that is not loopback"
+        " (refused otherwise: docs/provider.md, \"Credentials on the wire\")",
+    )
     measurement: str = setting("server", "the measurement holding the servers' energy")
     threads_per_core: int = setting(2, "logical CPUs per registered physical core", minimum=1, maximum=8)
     history_seconds: float = setting(
@@ -90,12 +96,18 @@ class TenantConfig:
 
 
 def check_tenant_config(config: TenantConfig, path: str, check: Checker) -> None:
+    secrets = {"registrar_url": ("registrar_token_file", "the registrar token"), "influx_url": ("password_file", "the InfluxDB password")}
     for key in ("registrar_url", "influx_url", "database"):
         value = getattr(config, key)
         if not value:
             check.problem(f"{path}.{key}", "is required when profiles.source is tenant")
-        elif key != "database" and not value.startswith(("http://", "https://")):
-            check.problem(f"{path}.{key}", f"must be an http:// or https:// URL, got {value!r}")
+        elif key in secrets:
+            secret_key, what = secrets[key]
+            problem = url_problem(value, f"{path}.{secret_key}")
+            if problem is None and getattr(config, secret_key):
+                problem = plain_http_problem(value, f"{what} ({secret_key})", config.allow_plain_http, f"{path}.{ALLOW_PLAIN_HTTP}")
+            if problem:
+                check.problem(f"{path}.{key}", problem)
     for key in ("registrar_token_file", "password_file"):  # read now, before any worker starts
         value = getattr(config, key)
         problem = _secret_problem(value) if value else None

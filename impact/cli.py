@@ -51,6 +51,7 @@ from datetime import UTC, datetime
 
 from joulesched.contracts.cliargs import INTENSITY, number
 from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
+from joulesched.contracts.net import url_problem
 from joulesched.impact.errors import ReportError, UsageError
 from joulesched.impact.output import render_chart, render_csv, render_table
 from joulesched.impact.query import Prometheus, Scope, fetch, iso
@@ -217,6 +218,13 @@ def tenant_inputs(args: argparse.Namespace) -> TenantInputs:
     ]
     if missing:
         raise UsageError(f"--tenant needs {', '.join(missing)}")
+    for flag, value, secret in (
+        ("--registrar", args.registrar, "--registrar-token-file"),
+        ("--influx", args.influx, "--influx-password-file"),
+    ):
+        problem = url_problem(value, secret)
+        if problem:
+            raise UsageError(f"{flag}: {problem}")
     share = args.share or "vcpu"
     if args.vm_share and share != "provider":
         raise UsageError("--vm-share is the provider's figure: give it with --share provider")
@@ -250,6 +258,9 @@ def _requests(answer: object, query: str) -> float:
 
 
 def run(args: argparse.Namespace, prom: Prometheus, now: float) -> Report:
+    problem = url_problem(args.prometheus, "")
+    if problem:
+        raise UsageError(f"--prometheus: {problem}")
     scope = Scope(args.namespace, args.selector, args.run, args.owner)
     if not (scope.namespace or scope.selector or scope.run or scope.owner) and not args.tenant:
         raise UsageError("give a scope: --namespace, --selector, --run or --owner")

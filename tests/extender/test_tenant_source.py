@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -129,7 +130,7 @@ def test_the_config_names_every_missing_setting(tmp_path: Path) -> None:
     assert "profiles.tenant.database: is required" in text
     # The secret files are read with the config, before any worker starts, relative to its folder.
     (tmp_path / "password").write_text("")
-    doc = {"registrar_url": "http://r", "influx_url": "http://i", "database": "d", "password_file": "password",
+    doc = {"registrar_url": "https://r", "influx_url": "https://i", "database": "d", "password_file": "password",
            "registrar_token_file": "/nonexistent/token"}  # fmt: skip
     with pytest.raises(ConfigError) as err:
         parse_config({"profiles": {"source": "tenant", "tenant": doc}}, "extender.yaml", tmp_path)
@@ -205,3 +206,35 @@ def test_one_servers_bad_window_leaves_that_server_out_not_every_server() -> Non
     assert not snap.error and source.errors == 0
     assert [p.name for p in snap.profiles.nodes] == ["srv-good"] and snap.profiles.nodes[0].updated is not None
     assert clock() - snap.profiles.nodes[0].updated <= 60, "srv-good read afresh"
+
+
+def test_credentials_never_in_a_url_nor_in_cleartext_off_loopback(tmp_path: Path) -> None:
+    # contracts.net's rules, checked with the config: a URL that carries user:password@ (it ends
+    # up in logs and errors) is refused without repeating the password; the token and password go
+    # over http:// only to loopback or with profiles.tenant.allow_plain_http.
+    (tmp_path / "secret").write_text("s3cret\n")
+
+    def problems(**tenant: Any) -> list[str]:
+        doc = {"registrar_url": "https://r", "influx_url": "https://i", "database": "d", **tenant}
+        try:
+            parse_config({"profiles": {"source": "tenant", "tenant": doc}}, "extender.yaml", tmp_path)
+        except ConfigError as err:
+            return err.problems
+        return []
+
+    (said,) = problems(influx_url="https://reader:hunter2@i")
+    assert said.startswith("profiles.tenant.influx_url: must not carry credentials") and "hunter2" not in said
+    assert "profiles.tenant.password_file" in said
+    assert problems(influx_url="http://i") == []  # no password to send
+    (said,) = problems(influx_url="http://i", password_file="secret")
+    assert said.startswith("profiles.tenant.influx_url: http:// would send the InfluxDB password (password_file) in cleartext to i")
+    assert "profiles.tenant.allow_plain_http: true" in said
+    (said,) = problems(registrar_url="http://r", registrar_token_file="secret")
+    assert said.startswith("profiles.tenant.registrar_url: http:// would send the registrar token")
+    assert problems(influx_url="http://127.0.0.1:8086", password_file="secret", registrar_url="http://localhost:1",
+                    registrar_token_file="secret") == []
+    assert problems(influx_url="http://i", password_file="secret", allow_plain_http=True) == []
+    with pytest.raises(ConfigError) as err:
+        parse_config({"profiles": {"source": "prometheus", "prometheus": {"url": "http://u:pw@prom:9090"}}}, "extender.yaml")
+    (said,) = err.value.problems
+    assert said.startswith("profiles.prometheus.url: must not carry credentials") and "pw@" not in said

@@ -135,6 +135,12 @@ def test_a_number_of_requests_that_gives_no_sci_is_refused_before_any_query(
         (["--tenant", "--last", "1h", "--registrar", "http://127.0.0.1:9"], "--tenant needs --influx, --database"),
         ([*TENANT, "--last", "1h", "--share", "provider", "--vm-share", "vm-a"], "--vm-share 'vm-a': give NODE=FRACTION"),
         ([*TENANT, "--last", "1h", "--registrar-token-file", "/nonexistent/t"], "--registrar-token-file /nonexistent/t: "),
+        # a URL's user:password@ would be repeated in every error: refused, and not repeated
+        (["-n", "shop", "--last", "1h", "--prometheus", "http://u:hunter2@127.0.0.1:9"], "--prometheus: must not carry credentials"),
+        ([*TENANT, "--last", "1h", "--registrar", "http://u:hunter2@127.0.0.1:9"],
+         "--registrar: must not carry credentials (user:password@ in the URL ends up in logs, errors and /metrics):"
+         " remove them and use --registrar-token-file"),
+        ([*TENANT, "--last", "1h", "--influx", "http://u:hunter2@127.0.0.1:9"], "--influx: must not carry credentials"),
     ],
 )
 def test_a_command_called_wrong_is_exit_2_before_any_query(
@@ -144,3 +150,4 @@ def test_a_command_called_wrong_is_exit_2_before_any_query(
     assert cli.main(["report", "--prometheus", "http://127.0.0.1:9", "--timeout", "1", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"joulesched report: {said}") and len(err.splitlines()) == 1, err
+    assert "hunter2" not in err
