@@ -13,6 +13,7 @@ the classes are in ``extender/errors.py``)::
     ├── BindDisabled               the bind verb is not enabled → 404
     ├── LeftToScheduler            bind.write: false: recorded, kube-scheduler binds → 200, in Error
     ├── ExpanderError              ``joulesched expander``: bad input or settings → exit 2
+    ├── expander.ConfigMapMissing  ``--apply`` found no priority-expander ConfigMap to patch → exit 1 (``--watch``: logged, retried)
     ├── DeferrerError              ``joulesched deferrer``: bad input or settings → exit 2
     └── admission.ReviewError      a webhook request that is not an AdmissionReview v1 → 400
 

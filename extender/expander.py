@@ -25,6 +25,12 @@ The autoscaler's node-group name is often not the label's value (EKS: the Auto S
 ``epyc-7763`` never matches ``epyc-7763-2s``). A last entry ``.*`` at priority 1 keeps groups
 joulesched has no profile for usable when nothing ranked fits (``--no-fallback`` drops it; the
 expander then never expands an unmatched group while a matched one fits).
+
+``--apply`` only reads and patches the ConfigMap, which the deployment ships (deploy/expander,
+the chart) with :data:`PLACEHOLDER_PRIORITIES`: its RBAC grants ``get`` and ``patch`` on that one
+name and no ``create`` (RBAC cannot limit ``create`` to a name, so a create grant would let it
+write any ConfigMap of the autoscaler's namespace). When the ConfigMap is missing, a round fails
+with :class:`ConfigMapMissing`, which says how to create it; ``--watch`` logs it and retries.
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from typing import Any
 import yaml
 
 from joulesched.contracts.cliargs import number
-from joulesched.extender.errors import ExpanderError
+from joulesched.contracts.net import url_problem
+from joulesched.extender.errors import ExpanderError, ExtenderError
 from joulesched.policy.efficiency import STRATEGIES, Efficiency, group_efficiency, priorities, profile_efficiency
 from joulesched.policy.errors import ConfigError
 from joulesched.policy.profile import ProfileSet
@@ -64,6 +71,10 @@ DEFAULT_PATTERN = "^{group}$"
 FALLBACK_PRIORITY = 1
 FALLBACK_REGEX = ".*"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "joulesched"}
+# What deploy/expander/configmap.yaml and the chart ship before the first ranking: every group at
+# the fallback priority, i.e. no preference (cluster-autoscaler uses a group that matches no
+# regex only when nothing else fits, so the entry must match everything).
+PLACEHOLDER_PRIORITIES = f"{FALLBACK_PRIORITY}:\n- {FALLBACK_REGEX}\n"
 RE2_SPECIAL = set("\\.+*?()|[]{}^$")
 # What Python's re takes and Go's RE2 (cluster-autoscaler's regexp) refuses — lookaround, atomic
 # groups, named back-references, back-references, \Z, possessive quantifiers: one such regex
@@ -155,7 +166,9 @@ def load_profiles(args: argparse.Namespace) -> ProfileSet:
     else:
         from joulesched.extender.profiles import PrometheusSource
 
-        snap = PrometheusSource(args.prometheus, cache_seconds=1.0, timeout_seconds=args.timeout).snapshot()
+        snap = PrometheusSource(
+            args.prometheus, cache_seconds=1.0, timeout_seconds=args.timeout, selector=args.prometheus_selector
+        ).snapshot()
         if snap.error:
             raise ExpanderError(snap.error)
         profiles, where = snap.profiles, f"prometheus {args.prometheus}"
@@ -202,8 +215,26 @@ def groups_from_labels(api: Any, label: str | None) -> tuple[dict[str, str], set
 # -- the ConfigMap in the cluster -------------------------------------------------------------
 
 
+class ConfigMapMissing(ExtenderError):
+    """``--apply`` found no ConfigMap to patch: the deployment ships it, the expander never creates it."""
+
+    def __init__(self, namespace: str, name: str = CONFIGMAP_NAME) -> None:
+        self.namespace, self.name = namespace, name
+        placeholder = PLACEHOLDER_PRIORITIES.replace("\n", "\\n")
+        super().__init__(
+            f"configmap {namespace}/{name} not found: joulesched expander only updates it (its RBAC grants get "
+            f"and patch on that name, no create); create it with `kubectl apply -k deploy/expander/` (the chart: "
+            f"expander.enabled=true), or `kubectl -n {namespace} create configmap {name} "
+            f"--from-literal={CONFIGMAP_KEY}=$'{placeholder}'`; retried every round under --watch"
+        )
+
+
 def apply_configmap(api: Any, cm: Mapping[str, Any]) -> str:
-    """Create the ConfigMap, or patch its data when it differs: ``created``/``updated``/``unchanged``."""
+    """Patch the ConfigMap's ``priorities`` when it differs: ``updated``/``unchanged``.
+
+    The ConfigMap must exist (the deployment ships it); :class:`ConfigMapMissing` otherwise. Only
+    that key is written: its labels and annotations are its owner's (Helm's, with the chart).
+    """
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -211,20 +242,14 @@ def apply_configmap(api: Any, cm: Mapping[str, Any]) -> str:
     name, ns = cm["metadata"]["name"], cm["metadata"]["namespace"]
     try:
         current = core.read_namespaced_config_map(name, ns, _request_timeout=30)
+        # only the key written here: another (a README someone added) stays, and is no difference
+        if (current.data or {}).get(CONFIGMAP_KEY) == cm["data"][CONFIGMAP_KEY]:
+            return "unchanged"
+        core.patch_namespaced_config_map(name, ns, {"data": cm["data"]}, _request_timeout=30)
     except ApiException as err:
-        if err.status != 404:
-            raise
-        core.create_namespaced_config_map(ns, cm, _request_timeout=30)
-        return "created"
-    labels = current.metadata.labels or {}
-    # only the key written here: another (a README someone added) stays, and is no difference
-    if (current.data or {}).get(CONFIGMAP_KEY) == cm["data"][CONFIGMAP_KEY] and all(
-        labels.get(k) == v for k, v in MANAGED_BY.items()
-    ):
-        return "unchanged"
-    core.patch_namespaced_config_map(
-        name, ns, {"metadata": {"labels": dict(MANAGED_BY)}, "data": cm["data"]}, _request_timeout=30
-    )
+        if err.status == 404:  # missing, or deleted between the read and the patch
+            raise ConfigMapMissing(ns, name) from err
+        raise
     return "updated"
 
 
@@ -239,6 +264,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--profiles", metavar="FILE", help="node profile document (YAML or JSON), as the extender's file source")
     src.add_argument("--prometheus", metavar="URL", help="read the agents' profiles from Prometheus")
+    p.add_argument("--prometheus-selector", metavar="MATCHERS", default="",
+                   help='label matchers for the agents\' series, as the extender\'s profiles.prometheus.selector'
+                        ' (deploy/: job="joulesched-agent"; default: none, every target\'s series of those names)')
     grp = p.add_mutually_exclusive_group()
     grp.add_argument("--node-group-label", metavar="LABEL",
                      help=f"node label naming a node's group (default: the first of {', '.join(GROUP_LABELS)})")
@@ -251,13 +279,23 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-fallback", dest="fallback", action="store_false",
                    help=f"omit the {FALLBACK_REGEX!r} entry at priority {FALLBACK_PRIORITY}")
     p.add_argument("--output", metavar="FILE", help="write the ConfigMap YAML to FILE ('-': stdout; the default without --apply)")
-    p.add_argument("--apply", action="store_true", help="create or update the ConfigMap in the cluster")
+    p.add_argument("--apply", action="store_true",
+                   help="patch the ConfigMap in the cluster (it must exist: deploy/expander and the chart ship it)")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""),
                    help="kubeconfig file (default: $KUBECONFIG, else the in-cluster service account)")
     p.add_argument("--watch", type=number(above=0, unit="seconds"), metavar="SECONDS",
                    help="keep it current: re-rank every SECONDS, write only when the priorities change")
     p.add_argument("--timeout", type=number(above=0, unit="seconds"), default=10.0, help="Prometheus query timeout in seconds")
     args = p.parse_args(list(argv))
+    from joulesched.extender.profiles import SELECTOR
+
+    if not SELECTOR.fullmatch(args.prometheus_selector):
+        p.error(f'--prometheus-selector: must be PromQL label matchers, comma-separated (job="joulesched-agent"), '
+                f"got {args.prometheus_selector!r}")
+    if args.prometheus:
+        problem = url_problem(args.prometheus, "")
+        if problem:
+            p.error(f"--prometheus: {problem}")
     if args.output is None and not args.apply:
         args.output = "-"
     return args
@@ -346,10 +384,19 @@ def main(argv: Sequence[str], sleep: Callable[[float], None] = time.sleep) -> in
                     api = api_client(args.kubeconfig)
                 except Exception as err:  # the config loaders raise several types
                     raise ExpanderError(f"kubernetes client config ({args.kubeconfig or 'in-cluster'}): {err}") from err
-        cm, _ = run_once(args, api)
+        last: Mapping[str, Any] | None = None
+        try:
+            last = run_once(args, api)[0]["data"]
+        except ConfigMapMissing as err:  # the cluster's state, not the input: a controller waits
+            if args.watch is None:
+                raise
+            log.error("%s", err)
     except ExpanderError as err:
         print(f"joulesched expander: {err}", file=sys.stderr)
         return 2
+    except ConfigMapMissing as err:
+        print(f"joulesched expander: {err}", file=sys.stderr)
+        return 1
     except Exception as err:  # the API's answer (forbidden, unreachable): not an input error
         print(f"joulesched expander: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
@@ -358,6 +405,8 @@ def main(argv: Sequence[str], sleep: Callable[[float], None] = time.sleep) -> in
     while True:  # pragma: no branch - a controller runs until stopped
         sleep(args.watch)
         try:
-            cm, _ = run_once(args, api, cm["data"])
+            last = run_once(args, api, last)[0]["data"]
+        except ConfigMapMissing as err:  # said every round until someone creates it
+            log.error("%s", err)
         except Exception as err:  # keep the last ConfigMap; the next round retries
             log.error("keeping the current ConfigMap: %s", err)

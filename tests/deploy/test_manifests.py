@@ -130,8 +130,7 @@ def test_expander_is_optional_and_its_rbac_is_least() -> None:
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cluster-autoscaler-priority-expander"],
          "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},  # create cannot be name-restricted
-    ]
+    ]  # no create (it cannot be name-restricted): deploy/expander/configmap.yaml ships the ConfigMap
     assert by_key[("ClusterRole", "joulesched-expander")]["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
     ]

@@ -1,6 +1,7 @@
 """`joulesched deferrer` against the real kube-apiserver and kube-scheduler.
 
-The deferrer runs as a subprocess with deploy/deferrer's RBAC (its ServiceAccount's token), a
+The deferrer runs as a subprocess with deploy/deferrer's RBAC and admission policy (its
+ServiceAccount's token: the policy lets it remove only its gate), a
 site file whose carbon series is written here (hourly, dirty now, clean two to four hours
 ahead) and ``--clock-offset`` to stand in the future. Gated pods stay Pending with the gate
 (kube-scheduler reports them SchedulingGated); bad and expired terms are released at once; the
@@ -44,18 +45,42 @@ OTHER_GATE = "example.com/hold"
 SITE_LABEL = "joulesched.io/site"
 H = 3600
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 @pytest.fixture(scope="module")
-def deferrer_kubeconfig(control_plane: ControlPlane) -> Path:
-    """deploy/deferrer's RBAC applied for real; a kubeconfig with its ServiceAccount's token."""
+def deferrer_kubeconfig(control_plane: ControlPlane):
+    """deploy/deferrer's RBAC and admission policy applied for real; a kubeconfig with its
+    ServiceAccount's token, once the apiserver enforces the policy (deleted after the module:
+    the cluster is session-wide, and tests/e2e/test_deploy_e2e.py expects it absent)."""
     cp = control_plane
     cp.create_namespace(NAMESPACE)
     objs = [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(DEPLOY)).stdout) if d]
-    rbac = [o for o in objs if o["kind"] in RBAC_KINDS]
-    assert {o["kind"] for o in rbac} == RBAC_KINDS
+    rbac = [o for o in objs if o["kind"] in RBAC_KINDS | POLICY_KINDS]
+    assert {o["kind"] for o in rbac} == RBAC_KINDS | POLICY_KINDS
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
-    return cp.service_account_kubeconfig(NAMESPACE, SA)
+    kubeconfig = cp.service_account_kubeconfig(NAMESPACE, SA)
+    from kubernetes import client
+    from kubernetes import config as kconfig
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.CoreV1Api(kconfig.new_client_from_config(config_file=str(kubeconfig)))
+    probe = f"policy-probe-{uuid.uuid4().hex[:6]}"
+    cp.create_pod(probe, "default", cpu="10m", memory="8Mi")
+
+    def enforced() -> bool:  # a dry run of a change the policy denies (the apiserver loads it in a second or so)
+        try:
+            api.patch_namespaced_pod(probe, "default", [{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}],
+                                     dry_run="All", _preload_content=False)
+        except ApiException as err:
+            return err.status == 403 and "ValidatingAdmissionPolicy" in json.loads(err.body).get("message", "")
+        return False
+
+    _wait_until(enforced, 30, interval=0.3, what="the apiserver enforces the deferrer's admission policy")
+    cp.delete_pod(probe, "default")
+    yield kubeconfig
+    cp.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(
+        [o for o in rbac if o["kind"] in POLICY_KINDS]))
 
 
 @pytest.fixture

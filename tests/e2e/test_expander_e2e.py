@@ -1,9 +1,10 @@
 """`joulesched expander --apply` against the real kube-apiserver, as the shipped ServiceAccount.
 
-deploy/expander's RBAC is applied for real and the command runs with that ServiceAccount's
-token: it creates the ConfigMap, leaves it alone while the priorities stay the same, patches it
-when the profiles change (once, and again under ``--watch``), and what it writes passes the
-server-side dry run. The RBAC grants that and no more.
+deploy/expander's RBAC and ConfigMap (the placeholder) are applied for real and the command
+runs with that ServiceAccount's token: it writes the ranking into the shipped ConfigMap, leaves
+it alone while the priorities stay the same, patches it when the profiles change (once, and
+again under ``--watch``), and what it writes passes the server-side dry run. The RBAC grants
+that and no more: no create (tests/e2e/test_least_privilege_e2e.py: without the ConfigMap).
 """
 
 from __future__ import annotations
@@ -44,9 +45,14 @@ def expander_rbac(control_plane: ControlPlane) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def clean_configmap(control_plane: ControlPlane):
-    control_plane.kubectl("delete", "configmap", CM, "-n", "kube-system", "--ignore-not-found")
+    """deploy/expander's ConfigMap, applied afresh (the placeholder), as the expander finds it."""
+    cp = control_plane
+    (cm,) = [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(DEPLOY / "expander")).stdout)
+             if d and d["kind"] == "ConfigMap"]
+    cp.kubectl("delete", "configmap", CM, "-n", "kube-system", "--ignore-not-found")
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(cm))
     yield
-    control_plane.kubectl("delete", "configmap", CM, "-n", "kube-system", "--ignore-not-found")
+    cp.kubectl("delete", "configmap", CM, "-n", "kube-system", "--ignore-not-found")
 
 
 def can_i(cp: ControlPlane, verb: str, resource: str, *extra: str) -> bool:
@@ -78,7 +84,7 @@ def test_expander_rbac_is_what_the_writer_needs_and_no_more(control_plane, expan
     assert can_i(cp, "list", "nodes")
     assert can_i(cp, "get", f"configmaps/{CM}", "-n", "kube-system")
     assert can_i(cp, "patch", f"configmaps/{CM}", "-n", "kube-system")
-    assert can_i(cp, "create", "configmaps", "-n", "kube-system")
+    assert not can_i(cp, "create", "configmaps", "-n", "kube-system")  # the ConfigMap is shipped
     assert not can_i(cp, "get", "configmaps/extension-apiserver-authentication", "-n", "kube-system")
     assert not can_i(cp, "patch", "configmaps/kube-proxy", "-n", "kube-system")
     assert not can_i(cp, "list", "configmaps", "-n", "kube-system")
@@ -90,7 +96,7 @@ def test_expander_rbac_is_what_the_writer_needs_and_no_more(control_plane, expan
     assert not can_i(cp, "get", "secrets", "-A")
 
 
-def test_apply_creates_then_updates_the_configmap(control_plane, expander_rbac, node_factory, clean_configmap, tmp_path):
+def test_apply_ranks_into_the_shipped_configmap_then_updates_it(control_plane, expander_rbac, node_factory, clean_configmap, tmp_path):
     cp, tag = control_plane, uuid.uuid4().hex[:6]
     fast, slow, empty = f"fast-{tag}", f"slow-{tag}", f"empty-{tag}"  # node groups
     label = "eks.amazonaws.com/nodegroup"
@@ -105,7 +111,7 @@ def test_apply_creates_then_updates_the_configmap(control_plane, expander_rbac, 
 
     r = expander("--profiles", str(profiles), "--apply", "--output", str(out), kubeconfig=kc)
     assert r.returncode == 0, r.stderr
-    assert f"configmap kube-system/{CM} created" in r.stderr, r.stderr
+    assert f"configmap kube-system/{CM} updated" in r.stderr, r.stderr  # the placeholder, ranked
     assert f"unlabelled-{tag}: no node group" in r.stderr and empty in r.stderr, r.stderr
     prios, version, labels = read_cm(cp)
     assert prios == {20: [f"^{fast}$"], 10: [f"^{slow}$"], 1: [".*"]}
@@ -183,12 +189,12 @@ def test_watch_patches_only_when_the_priorities_change(control_plane, expander_r
         # The ConfigMap changes when the API answers the update; the watch logs it just after:
         # wait for that line (or a few seconds) before stopping the watch and counting.
         logged = time.monotonic() + 5
-        while " updated" not in (tmp_path / "watch.log").read_text() and time.monotonic() < logged:
+        while (tmp_path / "watch.log").read_text().count(" updated") < 2 and time.monotonic() < logged:
             time.sleep(0.05)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
     text = (tmp_path / "watch.log").read_text()
-    assert text.count(" created") == 1 and text.count(" updated") == 1, text
+    assert text.count(" updated") == 2, text  # the placeholder ranked, then the flip
     assert text.count(" unchanged") >= 3, text

@@ -215,7 +215,7 @@ def test_a_configmap_with_another_key_is_left_alone_while_the_priorities_stay(mo
 
         def patch_namespaced_config_map(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> None:
             self.patches += 1
-            self.cm["labels"].update(body["metadata"]["labels"])
+            assert set(body) == {"data"}, body  # its labels are its owner's (Helm's, with the chart)
             self.cm["data"].update(body["data"])
 
     core = Core()
@@ -250,3 +250,87 @@ def test_a_kubeconfig_list_as_kubectl_takes_it_is_read(tmp_path: Path, capsys: p
     assert "no such file" not in capsys.readouterr().err
     assert main(["--profiles", str(EXAMPLE), "--apply", "--kubeconfig", f"{a}{os.pathsep}{tmp_path}/gone"]) == 2
     assert f"no such file: {tmp_path}/gone" in capsys.readouterr().err
+
+
+# -- the ConfigMap is shipped, never created (its RBAC has no create) ----------------------------
+
+
+class _Missing:
+    """CoreV1Api with no ConfigMap until ``appears`` rounds have asked, and no create method."""
+
+    def __init__(self, appears: int = 10**9) -> None:
+        self.reads, self.appears, self.patched = 0, appears, []
+        self.labels: dict[str, str] = {}
+        self.data = {"priorities": "1:\n- .*\n"}  # as shipped
+
+    def read_namespaced_config_map(self, name: str, ns: str, **_: Any) -> Any:
+        from types import SimpleNamespace
+
+        from kubernetes.client.exceptions import ApiException
+
+        self.reads += 1
+        if self.reads < self.appears:
+            raise ApiException(status=404, reason="Not Found")
+        return SimpleNamespace(metadata=SimpleNamespace(labels=dict(self.labels)), data=dict(self.data))
+
+    def patch_namespaced_config_map(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> None:
+        assert set(body) == {"data"}, body
+        self.patched.append((ns, name, body["data"]["priorities"]))
+        self.data.update(body["data"])
+
+
+def test_the_shipped_configmap_is_the_placeholder_no_preference() -> None:
+    from joulesched.extender import expander
+
+    (shipped,) = [d for d in yaml.safe_load_all((REPO / "deploy/expander/configmap.yaml").read_text()) if d]
+    assert shipped["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}  # the chart's twin
+    assert shipped == expander.configmap(expander.PLACEHOLDER_PRIORITIES, "kube-system")
+    # the expander's own fallback entry alone: every node group kept at one priority
+    assert expander.PLACEHOLDER_PRIORITIES == expander.priorities_yaml({})
+    groups = ["epyc-7763", "xeon-8380", "eks-gpu-h100-1234"]
+    assert ca_best(shipped["data"]["priorities"], groups) == groups
+
+
+def test_a_missing_configmap_is_not_created_and_the_error_says_how_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes import client
+
+    from joulesched.extender import expander
+
+    core = _Missing()  # no create_namespaced_config_map: calling it would raise AttributeError
+    monkeypatch.setattr(client, "CoreV1Api", lambda api: core)
+    with pytest.raises(expander.ConfigMapMissing) as err:
+        expander.apply_configmap(object(), expander.configmap("50:\n- ^a$\n", "autoscaling"))
+    text = str(err.value)
+    assert "configmap autoscaling/cluster-autoscaler-priority-expander not found" in text, text
+    assert "kubectl apply -k deploy/expander/" in text and "expander.enabled=true" in text, text
+    assert "kubectl -n autoscaling create configmap cluster-autoscaler-priority-expander" in text, text
+
+
+def test_without_the_configmap_one_run_exits_1_and_the_watch_keeps_retrying(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from kubernetes import client
+
+    from joulesched.extender import kube
+
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig: object())
+    args = ["--profiles", str(EXAMPLE), "--group-from-name", BY_NAME, "--apply"]
+    core = _Missing()
+    monkeypatch.setattr(client, "CoreV1Api", lambda api: core)
+    assert main(args) == 1
+    assert "configmap kube-system/cluster-autoscaler-priority-expander not found" in capsys.readouterr().err
+
+    core = _Missing(appears=4)  # created by someone between the third and the fourth round
+    monkeypatch.setattr(client, "CoreV1Api", lambda api: core)
+    rounds = iter(range(5))
+
+    def sleep(_: float) -> None:
+        if next(rounds, None) is None:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # the watch never returned: no exit while it is missing
+        main([*args, "--watch", "300"], sleep=sleep)
+    missing = [r for r in caplog.records if "cluster-autoscaler-priority-expander not found" in r.getMessage()]
+    assert len(missing) == 3 and all(r.levelname == "ERROR" for r in missing)
+    assert [(ns, name) for ns, name, _ in core.patched] == [("kube-system", "cluster-autoscaler-priority-expander")]
+    assert core.patched[0][2].startswith("50:\n- ^epyc-7763$\n")
