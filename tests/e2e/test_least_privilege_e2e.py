@@ -29,7 +29,7 @@ import pytest
 import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
-from processes import _wait_until
+from processes import ClusterError, _wait_until
 
 DEPLOY = REPO_ROOT / "deploy"
 CHART = REPO_ROOT / "charts" / "joulesched"
@@ -269,7 +269,7 @@ def test_without_the_configmap_the_expander_says_how_to_create_it_and_waits(
 
     r = subprocess.run(expander_cmd("--profiles", str(profiles), "--apply", kubeconfig=kc),
                        capture_output=True, text=True, timeout=60, env=env, cwd=REPO_ROOT)
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 1, (r.returncode, r.stderr)
     assert how in r.stderr and "kubectl apply -k deploy/expander/" in r.stderr, r.stderr
     assert "Forbidden" not in r.stderr, r.stderr  # it never tried to create it
     assert CM not in cp.kubectl("get", "configmaps", "-n", "kube-system", "-o", "name").stdout
@@ -279,7 +279,10 @@ def test_without_the_configmap_the_expander_says_how_to_create_it_and_waits(
         proc = subprocess.Popen(expander_cmd("--profiles", str(profiles), "--apply", "--watch", "0.5", kubeconfig=kc),
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
         try:
-            _wait_until(lambda: log_path.read_text().count(how) >= 3, 30, what="three rounds without the ConfigMap")
+            try:
+                _wait_until(lambda: log_path.read_text().count(how) >= 3, 30, what="three rounds without the ConfigMap")
+            except ClusterError as err:  # say what it did instead
+                raise AssertionError(f"{err}; its log:\n{log_path.read_text()[-3000:]}") from None
             assert proc.poll() is None, log_path.read_text()  # still running: it retries
             (cm,) = [o for o in expander_rbac if o["kind"] == "ConfigMap"]
             cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(cm))  # the operator follows the advice
@@ -288,8 +291,11 @@ def test_without_the_configmap_the_expander_says_how_to_create_it_and_waits(
                 text = cp.core.read_namespaced_config_map(CM, "kube-system").data["priorities"]
                 return yaml.safe_load(text) == {10: [f"^lp-{tag}$"], 1: [".*"]}
 
-            _wait_until(ranked, 30, interval=0.2, what="the expander writes the ranking")
-            assert proc.poll() is None
+            try:
+                _wait_until(ranked, 30, interval=0.2, what="the expander writes the ranking")
+            except ClusterError as err:
+                raise AssertionError(f"{err}; its log:\n{log_path.read_text()[-3000:]}") from None
+            assert proc.poll() is None, log_path.read_text()
         finally:
             proc.terminate()
             proc.wait(timeout=10)
