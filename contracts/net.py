@@ -92,16 +92,24 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def _userinfo_split(url: str) -> tuple[str, str, str] | None:
+    """``(scheme://, user information, the rest)`` when ``url`` holds user information, else None.
+
+    Any ``@`` between ``://`` and the query counts: a password with ``/``, ``?`` or ``#`` in it
+    ends ``urlsplit``'s netloc early (``https://admin:pa/ss@bmc`` parses as host ``admin``, port
+    ``pa``), and such a URL still carries it."""
+    scheme, sep, rest = url.partition("://")
+    head = rest.split("?", 1)[0].split("#", 1)[0]
+    if not sep or "@" not in head:
+        return None
+    at = head.rindex("@")
+    return scheme + sep, rest[:at], rest[at + 1 :]
+
+
 def redact(url: str) -> str:
     """``url`` without its user information (``user:password@``), for logs and messages."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<not a URL>" if "@" in url else url
-    if "@" not in parts.netloc:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    split = _userinfo_split(url)
+    return url if split is None else split[0] + split[2]
 
 
 def url_problem(url: str, secret_keys: str) -> str | None:
@@ -111,18 +119,20 @@ def url_problem(url: str, secret_keys: str) -> str | None:
     information: ``secret_keys`` names where the credential goes instead (``password_file or
     password_env``; empty: nowhere). The message shows the URL without its user information.
     """
+    credentials = (
+        "must not carry credentials (user:password@ in the URL ends up in logs, errors and /metrics):"
+        " remove them" + (f" and use {secret_keys}" if secret_keys else "")
+    )
+    if _userinfo_split(url) is not None:
+        return credentials
     try:
         parts = urllib.parse.urlsplit(url)
-        userinfo = "@" in parts.netloc
         scheme, host = parts.scheme, parts.hostname
         _ = parts.port  # a port that is no number, or out of range, raises here
     except ValueError:
-        return f"is not a URL ({redact(url)!r}): give http(s)://host[:port][/path]"
-    if userinfo:
-        return (
-            "must not carry credentials (user:password@ in the URL ends up in logs, errors and /metrics):"
-            " remove them" + (f" and use {secret_keys}" if secret_keys else "")
-        )
+        if "@" in url.partition("://")[2]:  # a password with ? or # in it: cut there, it breaks the port
+            return credentials
+        return f"is not a URL ({url!r}): give http(s)://host[:port][/path]"
     if scheme not in DEFAULT_PORTS or not host:
         return f"must be an http:// or https:// URL, got {redact(url)!r}"
     return None

@@ -811,10 +811,14 @@ def _request_line_problem(buf: bytes | bytearray, line_limit: int = GUNICORN_DEF
     if not _TOKEN_START.match(first):
         return 400, "bad_request_line", "not an HTTP/1.x request"
     nl = buf.find(b"\n")
+    # gunicorn's read_line: a line over the limit is refused once its CRLF has come, or once it is
+    # longer than the limit by the CRLF that may be all that is missing
+    length = (nl - 1 if buf[nl - 1 : nl] == b"\r" else nl) if nl >= 0 else len(buf) - 2
+    if line_limit and length > line_limit:
+        said = length if nl >= 0 else len(buf)  # as gunicorn says it
+        return 414, "malformed", f"malformed request: Request Line is too large ({said} > {line_limit})"
     if nl >= 0 and not _REQUEST_LINE.fullmatch(buf, 0, nl):
         return 400, "bad_request_line", "malformed request line: METHOD TARGET HTTP/1.1, ended by CRLF"
-    if nl < 0 and line_limit and len(buf) - 2 > line_limit:  # gunicorn's read_line: the CRLF may be all that is missing
-        return 414, "malformed", f"malformed request: Request Line is too large ({len(buf)} > {line_limit})"
     return None
 
 

@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 
 from joulesched.contracts.cliargs import INTENSITY, number
 from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
-from joulesched.contracts.net import url_problem
+from joulesched.contracts.net import plain_http_problem, url_problem
 from joulesched.impact.errors import ReportError, UsageError
 from joulesched.impact.output import render_chart, render_csv, render_table
 from joulesched.impact.query import Prometheus, Scope, fetch, iso
@@ -157,6 +157,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--database", metavar="DB", help="InfluxDB database (or bucket)")
     t.add_argument("--influx-user", metavar="USER")
     t.add_argument("--influx-password-file", metavar="FILE", help="file holding the InfluxDB password or token")
+    t.add_argument("--allow-plain-http", action="store_true", default=None,
+                   help="send the token and password over http:// to a host that is not loopback (refused otherwise)")
     t.add_argument(
         "--share",
         choices=tenant_policy.SHARE_POLICIES,
@@ -180,6 +182,7 @@ TENANT_ONLY = (
     ("database", "--database"),
     ("influx_user", "--influx-user"),
     ("influx_password_file", "--influx-password-file"),
+    ("allow_plain_http", "--allow-plain-http"),
     ("share", "--share"),
     ("vm_share", "--vm-share"),
     ("threads_per_core", "--threads-per-core"),
@@ -218,11 +221,14 @@ def tenant_inputs(args: argparse.Namespace) -> TenantInputs:
     ]
     if missing:
         raise UsageError(f"--tenant needs {', '.join(missing)}")
-    for flag, value, secret in (
-        ("--registrar", args.registrar, "--registrar-token-file"),
-        ("--influx", args.influx, "--influx-password-file"),
+    for flag, value, secret, what, given in (
+        ("--registrar", args.registrar, "--registrar-token-file", "the registrar token", args.registrar_token_file),
+        ("--influx", args.influx, "--influx-password-file", "the InfluxDB password", args.influx_password_file),
     ):
-        problem = url_problem(value, secret)
+        problem = url_problem(value, secret) or (
+            plain_http_problem(value, f"{what} ({secret})", bool(args.allow_plain_http), "--allow-plain-http")
+            if given else None
+        )
         if problem:
             raise UsageError(f"{flag}: {problem}")
     share = args.share or "vcpu"

@@ -309,10 +309,13 @@ def _provider_access(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     missing = [flag for flag, value in given.items() if not value]
     if missing:
         parser.error(f"--server-id needs {', '.join(missing)} (your provider gives them)")
-    from joulesched.contracts.net import url_problem
+    from joulesched.contracts.net import plain_http_problem, url_problem
 
     for flag, secret in (("--nadiki-registrar", ""), ("--nadiki-influx", "--nadiki-user and --nadiki-password-file")):
         problem = url_problem(given[flag], secret)
+        if problem is None and flag == "--nadiki-influx" and args.nadiki_password_file:
+            problem = plain_http_problem(given[flag], "the InfluxDB password (--nadiki-password-file)",
+                                         args.allow_plain_http, "--allow-plain-http")
         if problem:
             parser.error(f"{flag}: {problem}")
     password = ""
@@ -375,6 +378,8 @@ def measure_main(argv: Sequence[str]) -> int:
     vm.add_argument("--nadiki-database", metavar="DB", help="its database (or bucket)")
     vm.add_argument("--nadiki-user", default="", metavar="USER")
     vm.add_argument("--nadiki-password-file", metavar="FILE", help="file holding the InfluxDB password or token")
+    vm.add_argument("--allow-plain-http", action="store_true",
+                    help="send that password over http:// to a host that is not loopback (refused otherwise)")
     vm.add_argument("--vm-share", type=number(above=0, at_most=1), metavar="F", help="the provider's share of the server for this VM (0..1]")
     vm.add_argument("--threads-per-core", type=number(whole=True, at_least=1), default=2, metavar="N", help="the server's threads per core (2)")
     vm.add_argument(

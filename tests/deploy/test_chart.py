@@ -441,3 +441,16 @@ def test_mutual_tls_between_kube_scheduler_and_the_extender(helm):
         assert [(m["mountPath"], m.get("readOnly")) for m in mounts] == [(path, True)], name
     extender = pod_spec(objs[("Deployment", NAMESPACE, "joulesched-extender")])["containers"][0]
     assert {extender[p]["httpGet"]["scheme"] for p in ("readinessProbe", "livenessProbe", "startupProbe")} == {"HTTPS"}
+
+
+@pytest.mark.parametrize("selector", [None, 'job="kubernetes-pods",namespace=~"joulesched.*"', ""])
+def test_the_expander_reads_the_series_the_extender_reads(helm, selector):
+    escaped = (selector or "").replace(",", "\\,")  # --set separates assignments with commas
+    extra = [] if selector is None else ["--set-string", f"extender.config.profiles.prometheus.selector={escaped}"]
+    objs = by_key(helm_template(helm, "--set", "expander.enabled=true", *extra))
+    ext = yaml.safe_load(objs[("ConfigMap", NAMESPACE, "joulesched-extender")]["data"]["config.yaml"])
+    args = pod_spec(objs[("Deployment", NAMESPACE, "joulesched-expander")])["containers"][0]["args"]
+    given = [a.removeprefix("--prometheus-selector=") for a in args if a.startswith("--prometheus-selector=")]
+    want = ext["profiles"]["prometheus"]["selector"]
+    assert want == ('job="joulesched-agent"' if selector is None else selector)
+    assert given == ([want] if want else [])

@@ -159,11 +159,13 @@ class Core:
     def __init__(self, watches: list[list[bytes]]) -> None:
         self.watches = watches
         self.lists = 0
+        self.watched: list[tuple[float, str]] = []  # when each watch began, from which resourceVersion
 
     def list_pod_for_all_namespaces(self, **params: Any) -> Any:
         if not params.get("watch"):
             self.lists += 1
             return type("Listing", (), {"data": b'{"metadata":{"resourceVersion":"5"},"items":[]}'})()
+        self.watched.append((time.monotonic(), params.get("resource_version", "")))
         if not self.watches:
             time.sleep(0.05)  # a quiet watch
             return Response([])
@@ -172,10 +174,11 @@ class Core:
 
 def test_the_deferrers_pod_cache_lists_and_backs_off_as_every_watch_does() -> None:
     # The deferrer's pod cache is a ListWatch: a 410 lists again at once (WatchExpired: "list
-    # again, now"), a watch that ends soon after its listing on an ERROR event or cleanly waits
-    # the back-off (1 s, then 2 s) before listing again, and an ERROR other than 410 is named in
-    # ``error`` until a listing succeeds. Before, a watch that ended cleanly was watched again
-    # at once, in a loop if it kept ending.
+    # again, now"), a watch that ends soon after its start on an ERROR event waits the back-off
+    # (1 s) before listing again, one that ends cleanly as soon waits it too (2 s) and then
+    # watches again from its resourceVersion without listing, and an ERROR other than 410 is
+    # named in ``error`` until a listing succeeds. Before, a watch that ended cleanly was watched
+    # again at once, in a loop if it kept ending.
     from joulesched.extender.deferrer import PodCache
 
     gone = orjson.dumps({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}}) + b"\n"
@@ -198,8 +201,12 @@ def test_the_deferrers_pod_cache_lists_and_backs_off_as_every_watch_does() -> No
             time.sleep(0.01)
         assert core.lists == 3 and cache.error == ""  # listed: the error is cleared
         assert time.monotonic() - second >= 0.9
-        time.sleep(1.0)
-        assert core.lists == 3  # a quiet watch that ended soon: waiting 2 s now
+        while len(core.watched) < 4 and time.monotonic() < started + 10:
+            time.sleep(0.01)
+        # the quiet watch after that listing ended soon: the next waited the back-off (2 s now),
+        # and resumed from the listing's resourceVersion, without listing again
+        (quiet, _), (after, version) = core.watched[2], core.watched[3]
+        assert after - quiet >= 1.9 and version == "5" and core.lists == 3, core.watched
     finally:
         cache.stop()
 

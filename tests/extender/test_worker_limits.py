@@ -117,6 +117,16 @@ def test_a_request_line_still_arriving_over_the_limit_is_answered_414_at_once(
     assert time.monotonic() - began < 5.0  # the read deadline is 10 s
     assert status == 414 and error == "malformed request: Request Line is too large (9005 > 8190)", error
     assert failures(port)['joulesched_extender_failures_total{reason="malformed",verb="http"}'] == 1.0
+    # its CRLF come, the rest of the head not (yet): refused at once too, sized as gunicorn sizes it
+    began = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=8) as s:
+        s.sendall(b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n")  # no empty line
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    status, error = status_and_error(reply)
+    assert time.monotonic() - began < 5.0
+    assert status == 414 and error == "malformed request: Request Line is too large (9014 > 8190)", error
 
 
 def test_paths_flask_answers_404_and_405_are_counted(extender: tuple[subprocess.Popen[bytes], int]) -> None:

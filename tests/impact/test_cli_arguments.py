@@ -14,6 +14,7 @@ from joulesched.impact import rules
 # Nothing listens there: a flag checked only after a query would read "Prometheus at ... ".
 NOWHERE = ["--prometheus", "http://127.0.0.1:9", "--namespace", "shop", "--last", "1h"]
 TENANT = ["--tenant", "--registrar", "http://127.0.0.1:9", "--influx", "http://127.0.0.1:9", "--database", "db"]
+SECRET = Path(__file__).parent / "test_cli_arguments.py"  # any readable file: the check comes before any request
 
 
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -47,6 +48,7 @@ def test_a_timeout_that_is_not_a_positive_number_is_refused_at_once(
         ["--vm-share", "vm-a=0.1"],
         ["--registrar", "http://x"],
         ["--influx-user", "u"],
+        ["--allow-plain-http"],
     ],
 )
 def test_tenant_flags_are_refused_in_prometheus_mode(flag: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -141,6 +143,11 @@ def test_a_number_of_requests_that_gives_no_sci_is_refused_before_any_query(
          "--registrar: must not carry credentials (user:password@ in the URL ends up in logs, errors and /metrics):"
          " remove them and use --registrar-token-file"),
         ([*TENANT, "--last", "1h", "--influx", "http://u:hunter2@127.0.0.1:9"], "--influx: must not carry credentials"),
+        # a token or password over http:// off loopback, without --allow-plain-http
+        ([*TENANT, "--last", "1h", "--registrar", "http://192.0.2.2:9", "--registrar-token-file", str(SECRET)],
+         "--registrar: http:// would send the registrar token (--registrar-token-file) in cleartext to 192.0.2.2"),
+        ([*TENANT, "--last", "1h", "--influx", "http://192.0.2.2:9", "--influx-password-file", str(SECRET)],
+         "--influx: http:// would send the InfluxDB password (--influx-password-file) in cleartext to 192.0.2.2"),
     ],
 )
 def test_a_command_called_wrong_is_exit_2_before_any_query(

@@ -119,6 +119,20 @@ def test_provider_urls_with_credentials_in_them_are_refused_without_repeating_th
     assert "INFLUX-PASSWORD" not in err
 
 
+def test_the_influxdb_password_over_plain_http_off_loopback_needs_allow_plain_http(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    password = tmp_path / "password"
+    password.write_text("INFLUX-PASSWORD\n")
+    flags = ["--server-id", "S", "--nadiki-database", "db", "--nadiki-registrar", "https://registry.example/v1",
+             "--nadiki-influx", "http://192.0.2.2:8086", "--nadiki-password-file", str(password)]
+    with pytest.raises(SystemExit):
+        measure_main([*vm(tmp_path), *flags, "--", "true"])
+    err = capfd.readouterr().err
+    assert "--nadiki-influx: http:// would send the InfluxDB password (--nadiki-password-file) in cleartext to 192.0.2.2" in err
+    assert "--allow-plain-http" in err and "INFLUX-PASSWORD" not in err
+
+
 def test_windows_not_pushed_yet_are_waited_for_then_named(side: Provider) -> None:
     from joulesched.contracts.nadiki_read import InfluxReader, RegistrarReader
     from joulesched.measurement.provider_figures import ProviderAccess, ProviderFiguresUnavailable, provider_energy
