@@ -55,3 +55,31 @@ def pods_of(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def pod_security_dry_run(cp: Any, kubectl_cache: str, pod: dict[str, Any]) -> Any:
     """``kubectl create --dry-run=server`` of one Pod: admission (Pod Security included) runs, nothing is written."""
     return cp.kubectl(kubectl_cache, "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(pod), check=False)
+
+
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def wait_until_the_deferrer_policy_is_enforced(cp: Any, api: Any) -> None:
+    """Until the apiserver enforces deploy/deferrer's admission policy on ``api`` (the deferrer's
+    ServiceAccount): a dry run of a change the policy denies, on a probe pod, is refused by it
+    (a new policy is loaded within a second or so). The probe is deleted after."""
+    import json
+    import uuid
+
+    from kubernetes.client.exceptions import ApiException
+    from processes import _wait_until
+
+    probe = f"policy-probe-{uuid.uuid4().hex[:6]}"
+    cp.create_pod(probe, "default", cpu="10m", memory="8Mi")
+
+    def enforced() -> bool:
+        try:  # a dry run: nothing is written even before the policy is enforced
+            api.patch_namespaced_pod(probe, "default", [{"op": "add", "path": "/metadata/labels", "value": {"probe": "x"}}],
+                                     dry_run="All", _preload_content=False)
+        except ApiException as err:
+            return err.status == 403 and "ValidatingAdmissionPolicy" in json.loads(err.body).get("message", "")
+        return False
+
+    _wait_until(enforced, 30, interval=0.3, what="the apiserver enforces the deferrer's admission policy")
+    cp.delete_pod(probe, "default")

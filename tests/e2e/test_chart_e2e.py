@@ -130,6 +130,23 @@ def folded(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.e2e
+def two_node_types(cp: ControlPlane, node_factory: Any, name: str,
+                   ext_cfg: dict[str, Any]) -> tuple[dict[str, str], str, dict[str, Any]]:
+    """An efficient and an inefficient Node labelled ``e2e-test: name``, their profile document,
+    and the chart's extender config made to run here (the profiles given, the API's kubeconfig
+    for the pod watch: the chart's runs in-cluster): the label, the efficient node, the profiles."""
+    sel = {"e2e-test": name}
+    eff, ineff = f"{name}-eff", f"{name}-ineff"
+    node_factory(eff, cpu="64", memory="128Gi", labels=sel)
+    node_factory(ineff, cpu="80", memory="512Gi", labels=sel)
+    profiles = {"sites": {"dc": {"pue": 1.2, "carbon_intensity": 300}},
+                "nodes": [node_profile(eff, EFFICIENT_CURVE, 64, site="dc"), node_profile(ineff, INEFFICIENT_CURVE, 80, site="dc")]}
+    ext_cfg.pop("profiles")
+    ext_cfg.pop("listen")
+    ext_cfg["kubeconfig"] = str(cp.kubeconfig)
+    return sel, eff, profiles
+
+
 def test_bind_write_off_with_the_api_rate_raised_runs_in_real_kube_scheduler(
         control_plane, helm, node_factory, scheduler_factory, extender_factory, e2e_namespace):
     # The chart with extender.config.bind.write=false and scheduler.clientConnection raised: the
@@ -143,15 +160,7 @@ def test_bind_write_off_with_the_api_rate_raised_runs_in_real_kube_scheduler(
     sched_cfg = yaml.safe_load(configmaps["joulesched-scheduler-config"]["data"]["scheduler-config.yaml"])
     ext_cfg = yaml.safe_load(configmaps["joulesched-extender"]["data"]["config.yaml"])
     assert sched_cfg["clientConnection"] == {"qps": 500, "burst": 1000} and ext_cfg["bind"] == {"enabled": True, "write": False}
-    sel = {"e2e-test": f"chart-{tag}"}
-    eff, ineff = f"chart-eff-{tag}", f"chart-ineff-{tag}"
-    node_factory(eff, cpu="64", memory="128Gi", labels=sel)
-    node_factory(ineff, cpu="80", memory="512Gi", labels=sel)
-    profiles = {"sites": {"dc": {"pue": 1.2, "carbon_intensity": 300}},
-                "nodes": [node_profile(eff, EFFICIENT_CURVE, 64, site="dc"), node_profile(ineff, INEFFICIENT_CURVE, 80, site="dc")]}
-    ext_cfg.pop("profiles")
-    ext_cfg.pop("listen")
-    ext_cfg["kubeconfig"] = str(cp.kubeconfig)  # the pod watch; the chart's runs in-cluster
+    sel, eff, profiles = two_node_types(cp, node_factory, f"chart-{tag}", ext_cfg)
     ext = extender_factory(profiles, ext_cfg)
     sched_cfg["extenders"][0]["urlPrefix"] = ext.url
     sched_cfg.pop("leaderElection")
@@ -217,15 +226,7 @@ def test_the_charts_mutual_tls_runs_in_real_kube_scheduler(
     entry["tlsConfig"] = {k: local(v) for k, v in entry["tlsConfig"].items()}
     monitor = next(o for o in objs if o["kind"] == "ServiceMonitor" and o["metadata"]["name"] == "joulesched-extender")
     assert monitor["spec"]["endpoints"][0]["scheme"] == "https"
-    sel = {"e2e-test": f"chart-tls-{tag}"}
-    eff, ineff = f"chart-tls-eff-{tag}", f"chart-tls-ineff-{tag}"
-    node_factory(eff, cpu="64", memory="128Gi", labels=sel)
-    node_factory(ineff, cpu="80", memory="512Gi", labels=sel)
-    profiles = {"sites": {"dc": {"pue": 1.2, "carbon_intensity": 300}},
-                "nodes": [node_profile(eff, EFFICIENT_CURVE, 64, site="dc"), node_profile(ineff, INEFFICIENT_CURVE, 80, site="dc")]}
-    ext_cfg.pop("profiles")
-    ext_cfg.pop("listen")
-    ext_cfg["kubeconfig"] = str(cp.kubeconfig)
+    sel, eff, profiles = two_node_types(cp, node_factory, f"chart-tls-{tag}", ext_cfg)
     probe = ssl.create_default_context(cafile=str(pki.ca_crt))  # as the kubelet: no client certificate
     ext = extender_factory(profiles, ext_cfg, tls=probe)
     assert ext.url.startswith("https://")

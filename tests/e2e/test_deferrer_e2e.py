@@ -32,6 +32,7 @@ import pytest
 import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
+from dryrun import POLICY_KINDS, wait_until_the_deferrer_policy_is_enforced
 from processes import ManagedProcess, _wait_until
 
 from joulesched.contracts.net import free_port
@@ -45,7 +46,6 @@ OTHER_GATE = "example.com/hold"
 SITE_LABEL = "joulesched.io/site"
 H = 3600
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 @pytest.fixture(scope="module")
@@ -62,22 +62,9 @@ def deferrer_kubeconfig(control_plane: ControlPlane):
     kubeconfig = cp.service_account_kubeconfig(NAMESPACE, SA)
     from kubernetes import client
     from kubernetes import config as kconfig
-    from kubernetes.client.exceptions import ApiException
 
     api = client.CoreV1Api(kconfig.new_client_from_config(config_file=str(kubeconfig)))
-    probe = f"policy-probe-{uuid.uuid4().hex[:6]}"
-    cp.create_pod(probe, "default", cpu="10m", memory="8Mi")
-
-    def enforced() -> bool:  # a dry run of a change the policy denies (the apiserver loads it in a second or so)
-        try:
-            api.patch_namespaced_pod(probe, "default", [{"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}],
-                                     dry_run="All", _preload_content=False)
-        except ApiException as err:
-            return err.status == 403 and "ValidatingAdmissionPolicy" in json.loads(err.body).get("message", "")
-        return False
-
-    _wait_until(enforced, 30, interval=0.3, what="the apiserver enforces the deferrer's admission policy")
-    cp.delete_pod(probe, "default")
+    wait_until_the_deferrer_policy_is_enforced(cp, api)
     yield kubeconfig
     cp.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(
         [o for o in rbac if o["kind"] in POLICY_KINDS]))

@@ -29,6 +29,7 @@ import pytest
 import yaml
 from binaries import REPO_ROOT
 from cluster import ControlPlane
+from dryrun import POLICY_KINDS, wait_until_the_deferrer_policy_is_enforced
 from processes import ClusterError, _wait_until
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -40,7 +41,6 @@ GATE = "joulesched.io/deferred"
 OTHER_GATE = "example.com/hold"
 CM = "cluster-autoscaler-priority-expander"
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
-POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 DENIED = f"ValidatingAdmissionPolicy '{DEFERRER}' with binding '{DEFERRER}' denied request: " \
          f"joulesched-deferrer may only remove the scheduling gate {GATE} from a pod"
 
@@ -82,21 +82,7 @@ def deferrer_api(control_plane: ControlPlane):
     assert {o["kind"] for o in objs} == RBAC_KINDS | POLICY_KINDS
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objs))
     api = sa_core(cp, NAMESPACE, DEFERRER)
-    probe = f"probe-{uuid.uuid4().hex[:6]}"
-    cp.create_pod(probe, "default", cpu="10m", memory="8Mi")
-
-    def enforced() -> bool:
-        from kubernetes.client.exceptions import ApiException
-
-        try:  # a dry run: nothing is written even before the policy is enforced
-            api.patch_namespaced_pod(probe, "default", [{"op": "add", "path": "/metadata/labels", "value": {"probe": "x"}}],
-                                     dry_run="All", _preload_content=False)
-        except ApiException as err:
-            return err.status == 403 and DENIED in json.loads(err.body).get("message", "")
-        return False
-
-    _wait_until(enforced, 30, interval=0.3, what="the apiserver enforces the deferrer's admission policy")
-    cp.delete_pod(probe, "default")
+    wait_until_the_deferrer_policy_is_enforced(cp, api)
     yield api
     cp.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(
         [o for o in objs if o["kind"] in POLICY_KINDS]))
